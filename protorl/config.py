@@ -17,8 +17,9 @@ class ConfigError(ValueError):
 
 @dataclass
 class AgentConfig:
-    """Proto-RL and SAC hyper-parameters (table 1 of the paper)."""
+    """Proto-RL and SAC hyper-parameters (table 1 of the paper), plus each baseline's own constants."""
 
+    name: str = "proto"  # which agent: one of protorl.agents.AGENT_NAMES (set with `agent=NAME`)
     lr: float = 1e-4
     batch_size: int = 512
     discount: float = 0.99
