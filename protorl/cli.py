@@ -1,4 +1,5 @@
-"""Command-line entry points (Hydra): protorl-pretrain, protorl-finetune, protorl-train, protorl-tasks.
+"""Command-line entry points (Hydra): protorl-pretrain, protorl-finetune, protorl-train, protorl-tasks;
+protorl-analyze (argparse).
 
     protorl-train                                   # small CPU preset on point_mass_easy, both phases
     protorl-train preset=paper env=walker_run       # the paper's 500k + 500k frames
@@ -32,8 +33,8 @@ def checked_config(cfg: DictConfig, command: str) -> tuple[Config, dict | None]:
     pretrained = None
     try:
         config: Config = OmegaConf.to_object(cfg)
-        validate(config, "finetune" if command == "finetune" else "pretrain")
-        if command == "finetune":  # refuse a missing, unreadable or mismatched snapshot before any work
+        validate(config, command)
+        if command == "finetune" and config.snapshot:  # refuse a missing or mismatched snapshot before any work
             pretrained = load_snapshot(config.snapshot, env_spec=make_env(config.env, config, seed=0).spec(),
                                        agent_config=config.agent)
     except (ConfigError, SnapshotError, ValueError, OmegaConfBaseException) as error:
@@ -53,6 +54,7 @@ class ValidateBeforeRun(Callback):
 
 def run(cfg: DictConfig, command: str) -> None:
     """Validate the config, then run the phases of `command`; user errors exit with status 2."""
+    from protorl.agents import AGENTS
     from protorl.checkpoint import CheckpointError
     from protorl.report import plot_curves, summary
     from protorl.snapshot import SnapshotError, load_snapshot
@@ -66,11 +68,15 @@ def run(cfg: DictConfig, command: str) -> None:
     log.info("run directory %s, device %s", run_dir, device)
 
     results = []
+    pretrains = AGENTS[config.agent.name].pretrains and config.pretrain_frames > 0
+    if command == "train" and not pretrains:
+        log.info("no pre-training (agent=%s, pretrain_frames=%d): the downstream agent learns its "
+                 "representation from the task reward", config.agent.name, config.pretrain_frames)
     try:
-        if command in ("pretrain", "train"):
+        if command == "pretrain" or (command == "train" and pretrains):
             pretrain_task = config.pretrain_env or config.env
             results.append(run_phase(config, "pretrain", pretrain_task, run_dir / "pretrain"))
-        if command == "train":  # fine-tune from the file just written, exactly as protorl-finetune would
+        if command == "train" and pretrains:  # fine-tune from the file just written, as protorl-finetune would
             pretrained = load_snapshot(results[-1].snapshots[-1])
         if command in ("finetune", "train"):
             results.append(run_phase(config, "finetune", config.env, run_dir / "finetune", pretrained))
@@ -127,3 +133,18 @@ def tasks() -> None:
     from protorl.envs import list_tasks
 
     print("\n".join(list_tasks()))
+
+
+def analyze(argv: list[str] | None = None) -> None:
+    """protorl-analyze RUN_DIR: coverage and reward-variance plots and a text summary of a run's pre-training."""
+    import argparse
+
+    from protorl.analysis.report import NotARunError, analyze_run
+
+    parser = argparse.ArgumentParser(prog="protorl-analyze", description=analyze.__doc__)
+    parser.add_argument("run_dir", type=Path, help="a run directory (holding pretrain/analysis.csv)")
+    args = parser.parse_args(argv)
+    try:
+        print(analyze_run(args.run_dir), flush=True)
+    except NotARunError as error:
+        _exit_with(error)

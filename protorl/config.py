@@ -48,6 +48,13 @@ class AgentConfig:
     intr_coef: float = 0.2  # downstream alpha in r + alpha * r_intr
     # State encoder used when env.obs == "states" (replaces the conv encoder)
     state_hidden_dim: int = 256
+    # Curiosity baseline (ICM, appendix C.4)
+    icm_proj_dim: int = 50  # linear projection of the encoder's features
+    icm_hidden_dim: int = 1024  # forward and inverse models: 2-layer MLPs with ReLU
+    # APT baseline (Liu and Abbeel 2021)
+    apt_proj_dim: int = 128  # contrastive projection head: Linear -> ReLU -> Linear
+    apt_temperature: float = 0.5  # NT-Xent temperature (SimCLR's default)
+    apt_knn_k: int = 12  # neighbours averaged in the particle-based reward, within the batch
 
 
 @dataclass
@@ -65,7 +72,7 @@ class Config:
     frame_stack: int = 3  # pixels only; state observations are not stacked
     action_repeat: int = 2
     camera_id: int | None = None  # None: camera 2 for quadruped, camera 0 otherwise
-    pretrain_frames: int = 500_000
+    pretrain_frames: int = 500_000  # 0 (protorl-train only): no pre-training, learn online from the task reward
     finetune_frames: int = 500_000
     seed_transitions: int = 1000  # agent steps of a uniform-random policy before updates start
     replay_capacity: int = 100_000  # transitions
@@ -85,24 +92,35 @@ class Config:
     progress_bar: bool = True
     threads: int | None = None  # torch intra-op threads; None leaves torch's default (one per core)
     fast_malloc: bool = True  # keep large tensors off glibc's mmap path (see protorl.utils.tune_malloc)
+    # Pre-training analyses (protorl/analysis/): state coverage, maze maps, k-NN reward variance
+    analysis_every_frames: int | None = 50_000  # also once at the end of pre-training; None: no analyses
+    coverage_bins: int = 20  # bins per coverage coordinate (e.g. 20 x 20 cells of the maze's x, y)
+    variance_probes: int = 128  # probe states whose reward variance is measured, drawn once from the replay
+    variance_repeats: int = 10  # candidate sets drawn per scheme (proto, uniform) and analysis
+    map_samples: int = 2048  # replay observations encoded to place each prototype on the maze map
     run_dir: str = MISSING  # set by the YAML files to Hydra's output directory
     agent: AgentConfig = field(default_factory=AgentConfig)
 
 
 _POSITIVE_INTS = {
-    "pretrain_frames", "finetune_frames", "replay_capacity", "update_every_steps",
+    "finetune_frames", "replay_capacity", "update_every_steps",
     "eval_every_frames", "log_every_episodes", "video_size",
 }
 _POSITIVE_AGENT_INTS = {
     "batch_size", "feature_dim", "hidden_dim", "hidden_depth", "actor_update_every",
     "critic_target_update_every", "proj_dim", "pred_hidden_dim", "num_prototypes", "sinkhorn_iters",
     "encoder_target_update_every", "candidates_per_prototype", "knn_k", "state_hidden_dim",
+    "icm_proj_dim", "icm_hidden_dim", "apt_proj_dim", "apt_knn_k",
 }
 _UNIT_INTERVAL_AGENT = {"discount", "critic_target_tau", "encoder_target_tau"}
 
 
-def validate(cfg: Config, phase: str) -> None:
-    """Raise `ConfigError` naming the first invalid value; called before anything is built or written."""
+def validate(cfg: Config, command: str) -> None:
+    """Raise `ConfigError` naming the first invalid value; called before anything is built or written.
+
+    `command`: "pretrain", "finetune" or "train" (both phases).
+    """
+    from protorl.agents import AGENTS  # imported here: the agents import this module
     from protorl.envs import check_task  # imported here: listing tasks imports dm_control
 
     def fail(key: str, value, expected: str) -> None:
@@ -118,6 +136,23 @@ def validate(cfg: Config, phase: str) -> None:
         value = getattr(cfg.agent, key)
         if not 0.0 < value <= 1.0:
             fail(f"agent.{key}", value, "a number in (0, 1]")
+    if cfg.agent.name not in AGENTS:
+        fail("agent", cfg.agent.name, f"one of {', '.join(AGENTS)} (set with agent=NAME)")
+    agent = AGENTS[cfg.agent.name]
+    if cfg.pretrain_frames < 0 or (command == "pretrain" and cfg.pretrain_frames == 0):
+        fail("pretrain_frames", cfg.pretrain_frames, "a positive integer (0 only with protorl-train: no pre-training)")
+    if command == "pretrain" and not agent.pretrains:
+        fail("agent", agent.name, "an agent with a task-agnostic phase: DrQ learns from the task reward only "
+             "(run it with protorl-train or protorl-finetune)")
+    if command == "train" and agent.pretrains and cfg.pretrain_frames == 0 and not agent.learns_online:
+        fail("pretrain_frames", 0, f"a positive integer: agent={agent.name} learns its representation only "
+             "in pre-training (agents without pre-training: "
+             f"{', '.join(name for name, a in AGENTS.items() if a.learns_online)})")
+    if agent.name == "apt" and cfg.agent.apt_knn_k >= cfg.agent.batch_size:
+        fail("agent.apt_knn_k", cfg.agent.apt_knn_k, f"less than agent.batch_size={cfg.agent.batch_size} "
+             "(the neighbours come from the same batch)")
+    if not cfg.agent.apt_temperature > 0:
+        fail("agent.apt_temperature", cfg.agent.apt_temperature, "a positive number")
     if cfg.agent.lr <= 0:
         fail("agent.lr", cfg.agent.lr, "a positive number")
     if cfg.agent.temperature <= 0 or cfg.agent.init_temperature <= 0:
@@ -142,6 +177,15 @@ def validate(cfg: Config, phase: str) -> None:
         fail("checkpoint_every_minutes", cfg.checkpoint_every_minutes, "a positive number of minutes or null")
     if cfg.checkpoint_keep <= 0:
         fail("checkpoint_keep", cfg.checkpoint_keep, "a positive integer")
+    if cfg.analysis_every_frames is not None and cfg.analysis_every_frames <= 0:
+        fail("analysis_every_frames", cfg.analysis_every_frames, "a positive frame count or null")
+    if cfg.coverage_bins < 2:
+        fail("coverage_bins", cfg.coverage_bins, "an integer >= 2")
+    if cfg.variance_repeats < 2:
+        fail("variance_repeats", cfg.variance_repeats, "an integer >= 2 (a spread needs two draws)")
+    for key in ("variance_probes", "map_samples"):
+        if getattr(cfg, key) <= 0:
+            fail(key, getattr(cfg, key), "a positive integer")
     if cfg.threads is not None and cfg.threads <= 0:
         fail("threads", cfg.threads, "a positive integer or null")
     if any(f <= 0 for f in cfg.snapshot_at_frames):
@@ -165,5 +209,6 @@ def validate(cfg: Config, phase: str) -> None:
     check_task(cfg.env)
     if cfg.pretrain_env is not None:
         check_task(cfg.pretrain_env)
-    if phase == "finetune" and not cfg.snapshot:
-        raise ConfigError("finetune needs a pre-training snapshot: add snapshot=/path/to/snapshot.pt")
+    if command == "finetune" and not cfg.snapshot and agent.pretrains:
+        raise ConfigError("finetune needs a pre-training snapshot: add snapshot=/path/to/snapshot.pt "
+                          "(or run protorl-train pretrain_frames=0 to learn without pre-training)")

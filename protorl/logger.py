@@ -7,6 +7,8 @@ import math
 from collections import defaultdict
 from pathlib import Path
 
+import numpy as np
+
 TRAIN_COLUMNS = [
     "frames", "agent_steps", "episode", "episode_reward", "episode_length_frames", "fps", "total_time_s",
     "repr_loss", "critic_loss", "critic_q", "actor_loss", "alpha", "actor_entropy",
@@ -98,12 +100,23 @@ class Logger:
         self.eval_csv.write(row)
         self._to_tensorboard("eval", row)
 
+    def log_scalars(self, row: dict) -> None:
+        """TensorBoard only: each value of `row` under its own key as tag (e.g. `coverage/entropy`), at
+        `row["frames"]`; for analyses that keep their own CSV."""
+        self._to_tensorboard("", row)
+
+    def log_image(self, tag: str, image: np.ndarray, frames: int) -> None:
+        """TensorBoard only: an RGB (H, W, 3) uint8 image at `frames`."""
+        if self._tb is not None:
+            self._tb.add_image(tag, image, global_step=frames, dataformats="HWC")
+            self._tb.flush()
+
     def _to_tensorboard(self, prefix: str, row: dict) -> None:
         if self._tb is None:
             return
         for key, value in row.items():
             if key != "frames" and isinstance(value, (int, float)) and math.isfinite(value):
-                self._tb.add_scalar(f"{prefix}/{key}", value, global_step=row["frames"])
+                self._tb.add_scalar(f"{prefix}/{key}" if prefix else key, value, global_step=row["frames"])
         self._tb.flush()
 
     def close(self) -> None:

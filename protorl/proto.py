@@ -3,6 +3,7 @@
 - `sinkhorn`: equal-partition cluster assignments for the target network (the SSL target q_{t+1}).
 - `cluster_assignment_loss`: L_SSL = -(q_{t+1} * log p_t).sum(1).mean().
 - `sample_candidates`: one prototype-balanced candidate per prototype from a batch of projections.
+- `nearest_distances`: the k-NN search shared by every particle-based entropy reward (Proto-RL, APT).
 - `knn_reward`: L2 distance to the k-th nearest candidate, the entropy-based intrinsic reward.
 - `CandidateQueue`: the FIFO queue Q of M x T candidates.
 - `ProtoHead`: projector g, predictor v and prototypes C.
@@ -53,20 +54,24 @@ def sample_candidates(z: torch.Tensor, prototypes: torch.Tensor, generator: torc
     return z[index]
 
 
-def knn_reward(z: torch.Tensor, queue: torch.Tensor, k: int = 3) -> torch.Tensor:
-    """Distance to the k-th nearest queue entry (eq. 2): (B, D), (N, D) -> (B, 1).
+def nearest_distances(z: torch.Tensor, candidates: torch.Tensor, k: int) -> torch.Tensor:
+    """L2 distances from each row of z to its k nearest candidates, nearest first: (B, D), (N, D) -> (B, k).
 
     Uses `torch.cdist` in its matrix-multiply form (no (B, N, D) broadcast) on inputs centred on the
-    queue's mean: distances do not change, but the form's cancellation error then scales with the spread
-    of the points instead of their norm, so nearby embeddings (common early in training, when all
+    candidates' mean: distances do not change, but the form's cancellation error then scales with the
+    spread of the points instead of their norm, so nearby embeddings (common early in training, when all
     frames look alike) get accurate distances rather than float32 noise.
     """
-    if queue.shape[0] < k:
-        raise ValueError(f"knn_reward needs at least k={k} queue entries, got {queue.shape[0]}")
-    center = queue.mean(dim=0, keepdim=True)  # (1, D)
-    distances = torch.cdist(z - center, queue - center)  # (B, N)
-    kth = torch.topk(distances, k, dim=1, largest=False).values[:, -1:]  # (B, 1)
-    return kth
+    if candidates.shape[0] < k:
+        raise ValueError(f"the k-NN search needs at least k={k} candidates, got {candidates.shape[0]}")
+    center = candidates.mean(dim=0, keepdim=True)  # (1, D)
+    distances = torch.cdist(z - center, candidates - center)  # (B, N)
+    return torch.topk(distances, k, dim=1, largest=False).values  # (B, k), ascending
+
+
+def knn_reward(z: torch.Tensor, queue: torch.Tensor, k: int = 3) -> torch.Tensor:
+    """Distance to the k-th nearest queue entry (eq. 2): (B, D), (N, D) -> (B, 1)."""
+    return nearest_distances(z, queue, k)[:, -1:]
 
 
 class CandidateQueue:

@@ -6,6 +6,9 @@ Stacks never reach back past their episode's first frame: like the environment a
 it instead. At 9x84x84 pixels a transition costs one 3x84x84 frame (~21.2 KB) instead of two 9x84x84
 stacks (~127 KB). The ring holds `capacity` frames; each stored episode's first frame takes a slot,
 so it holds `capacity` minus (episodes in the buffer) transitions.
+
+Optionally each slot also keeps the simulator's physical state when its frame was rendered
+(`physics.get_state()`: qpos, qvel, act), for analyses such as state coverage; agents never see it.
 """
 
 from __future__ import annotations
@@ -29,7 +32,9 @@ class ReplayBuffer:
     """Ring buffer of frames; samples transitions uniformly among those whose stacks are complete."""
 
     def __init__(self, frame_shape: tuple[int, ...], frame_dtype: np.dtype, action_shape: tuple[int, ...],
-                 capacity: int, frame_stack: int, seed: int = 0):
+                 capacity: int, frame_stack: int, seed: int = 0,
+                 physical_state_shape: tuple[int, ...] | None = None):
+        """`physical_state_shape`: (S,) to keep each frame's physical state too; None keeps none."""
         self.capacity = capacity
         self.frame_stack = frame_stack
         self.frames = np.zeros((capacity, *frame_shape), dtype=frame_dtype)
@@ -38,24 +43,31 @@ class ReplayBuffer:
         self.discounts = np.zeros((capacity,), dtype=np.float32)
         self.episode_start = np.zeros((capacity,), dtype=np.int64)  # absolute index of the episode's 1st frame
         self.is_first = np.ones((capacity,), dtype=bool)
+        self.physical_states = (None if physical_state_shape is None else
+                                np.zeros((capacity, *physical_state_shape), dtype=np.float64))
         self.num_written = 0  # absolute index of the next slot to write
         self._current_episode_start = -1
         self._rng = np.random.default_rng(seed)
 
     # -- writing ----------------------------------------------------------------------------------
-    def add_first(self, frame: np.ndarray) -> None:
+    def add_first(self, frame: np.ndarray, physical_state: np.ndarray | None = None) -> None:
         """Start a new episode with its first frame (no transition ends here)."""
         self._current_episode_start = self.num_written
-        self._write(frame, 0.0, 0.0, 1.0, first=True)
+        self._write(frame, 0.0, 0.0, 1.0, True, physical_state)
 
-    def add(self, frame: np.ndarray, action: np.ndarray, reward: float, discount: float) -> None:
+    def add(self, frame: np.ndarray, action: np.ndarray, reward: float, discount: float,
+            physical_state: np.ndarray | None = None) -> None:
         """Append the frame reached by taking `action`; completes one transition."""
         if self._current_episode_start < 0:
             raise RuntimeError("call add_first() with the episode's first frame before add()")
-        self._write(frame, action, reward, discount, first=False)
+        self._write(frame, action, reward, discount, False, physical_state)
 
-    def _write(self, frame, action, reward, discount, first: bool) -> None:
+    def _write(self, frame, action, reward, discount, first: bool, physical_state) -> None:
         slot = self.num_written % self.capacity
+        if (physical_state is None) != (self.physical_states is None):
+            raise ValueError("pass a physical state with every frame if and only if the buffer keeps them")
+        if physical_state is not None:
+            self.physical_states[slot] = physical_state
         self.frames[slot] = frame
         self.actions[slot] = action
         self.rewards[slot] = reward
@@ -90,14 +102,18 @@ class ReplayBuffer:
         frames = self._frames_ending_at(ends, self.frame_stack)
         return frames.reshape(len(ends), -1, *self.frames.shape[2:])
 
-    def sample_indices(self, batch_size: int) -> np.ndarray:
-        """Absolute indices of `batch_size` transition ends, uniform over sampleable transitions."""
+    def sample_indices(self, batch_size: int, rng: np.random.Generator | None = None) -> np.ndarray:
+        """Absolute indices of `batch_size` transition ends, uniform over sampleable transitions.
+
+        `rng`: draw with this generator instead of the buffer's own (which training's batches use).
+        """
         lo, hi = self._oldest_sampleable, self.num_written
         if len(self) == 0:
             raise RuntimeError("the replay buffer holds no complete transition yet")
+        rng = self._rng if rng is None else rng
         chosen = np.empty((0,), dtype=np.int64)
         while len(chosen) < batch_size:  # rejection of episode-first slots keeps the draw uniform
-            draw = self._rng.integers(lo, hi, size=2 * batch_size)
+            draw = rng.integers(lo, hi, size=2 * batch_size)
             chosen = np.concatenate([chosen, draw[~self.is_first[draw % self.capacity]]])
         return chosen[:batch_size]
 
@@ -119,18 +135,27 @@ class ReplayBuffer:
             next_obs=to_device(frames[:, 1:].reshape(stack_shape)),
         )
 
+    def stored_physical_states(self) -> np.ndarray:
+        """The physical states of every frame in the ring, in slot order: (min(written, capacity), S)."""
+        if self.physical_states is None:
+            raise RuntimeError("this replay buffer keeps no physical states")
+        return self.physical_states[: min(self.num_written, self.capacity)]
+
     # -- persistence (checkpoints) ---------------------------------------------------------------------
-    _ARRAYS = ("frames", "actions", "rewards", "discounts", "episode_start", "is_first")
+    @property
+    def _arrays(self) -> tuple[str, ...]:
+        names = ("frames", "actions", "rewards", "discounts", "episode_start", "is_first")
+        return names if self.physical_states is None else (*names, "physical_states")
 
     def state_dict(self) -> dict:
         """Contents, write position and sampling RNG, as tensors and plain data."""
         filled = min(self.num_written, self.capacity)
-        arrays = {name: torch.from_numpy(getattr(self, name)[:filled].copy()) for name in self._ARRAYS}
+        arrays = {name: torch.from_numpy(getattr(self, name)[:filled].copy()) for name in self._arrays}
         return {"arrays": arrays, "num_written": self.num_written,
                 "current_episode_start": self._current_episode_start, "rng": self._rng.bit_generator.state}
 
     def load_state_dict(self, state: dict) -> None:
-        for name in self._ARRAYS:
+        for name in self._arrays:
             values = state["arrays"][name].numpy()
             getattr(self, name)[: len(values)] = values
         self.num_written = int(state["num_written"])
@@ -140,8 +165,7 @@ class ReplayBuffer:
     @property
     def nbytes(self) -> int:
         """Bytes held by all arrays of the buffer."""
-        arrays = (self.frames, self.actions, self.rewards, self.discounts, self.episode_start, self.is_first)
-        return sum(a.nbytes for a in arrays)
+        return sum(getattr(self, name).nbytes for name in self._arrays)
 
     @property
     def bytes_per_transition(self) -> float:

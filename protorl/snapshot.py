@@ -22,9 +22,10 @@ def save_snapshot(path: Path, agent_state: dict, env_spec: dict, config: dict, f
     return atomic_save(payload, path)
 
 
-# agent settings that fix the shapes of what a snapshot holds
-ARCHITECTURE_KEYS = ("proj_dim", "pred_hidden_dim", "num_prototypes", "candidates_per_prototype", "feature_dim",
-                     "hidden_dim", "hidden_depth", "state_hidden_dim")
+# agent settings that fix which networks a snapshot holds and their shapes
+ARCHITECTURE_KEYS = ("name", "proj_dim", "pred_hidden_dim", "num_prototypes", "candidates_per_prototype",
+                     "feature_dim", "hidden_dim", "hidden_depth", "state_hidden_dim", "icm_proj_dim", "icm_hidden_dim",
+                     "apt_proj_dim")
 
 
 def load_snapshot(path: str | Path, env_spec: dict | None = None, agent_config=None) -> dict:
@@ -56,8 +57,16 @@ def check_spec(path: Path, saved: dict, current: dict) -> None:
 
 def check_architecture(path: Path, saved_agent: dict, agent_config) -> None:
     """Raise `SnapshotError` if the snapshot's networks were built with other sizes than `agent_config`."""
-    differences = [f"agent.{key}={saved_agent.get(key)!r} in the snapshot, {getattr(agent_config, key)!r} here"
-                   for key in ARCHITECTURE_KEYS if saved_agent.get(key) != getattr(agent_config, key)]
+    from protorl.config import AgentConfig
+
+    defaults = AgentConfig()  # a key missing from an older snapshot had its default value
+
+    def saved(key: str):
+        return saved_agent.get(key, getattr(defaults, key))
+
+    differences = [f"agent.{key}={saved(key)!r} in the snapshot, {getattr(agent_config, key)!r} here"
+                   for key in ARCHITECTURE_KEYS if saved(key) != getattr(agent_config, key)]
     if differences:
-        raise SnapshotError(f"snapshot {path} was pre-trained with other network sizes; pass the snapshot's "
-                            "values to finetune: " + "; ".join(differences))
+        raise SnapshotError(f"snapshot {path} was pre-trained with another agent or other network sizes; pass "
+                            "the snapshot's values to finetune (agent.name is set with agent=NAME): "
+                            + "; ".join(differences))

@@ -18,7 +18,8 @@ import torch
 from omegaconf import OmegaConf
 from tqdm import tqdm
 
-from protorl.agents import ProtoAgent
+from protorl.agents import make_agent
+from protorl.analysis.monitor import AnalysisMonitor
 from protorl.checkpoint import list_checkpoints, load_checkpoint, save_checkpoint
 from protorl.config import Config
 from protorl.envs import make_env
@@ -63,27 +64,30 @@ class PhaseResult:
 
 
 class Trainer:
-    """Runs one phase of Proto-RL on one task and writes its logs, snapshots and videos to `out_dir`."""
+    """Runs one phase of one agent on one task and writes its logs, snapshots and videos to `out_dir`."""
 
     def __init__(self, cfg: Config, phase: str, task: str, out_dir: Path, pretrained: dict | None = None):
-        """`pretrained`: for phase "finetune", a snapshot read by `protorl.snapshot.load_snapshot`."""
+        """`pretrained`: for phase "finetune", a snapshot read by `protorl.snapshot.load_snapshot`; without
+        one the downstream agent learns its representation from the task reward (DrQ, figure 14)."""
         self.cfg, self.phase, self.task, self.out_dir = cfg, phase, task, out_dir
         set_seed(cfg.seed)
         self.device = resolve_device(cfg.device)
         self.env = make_env(task, cfg, seed=cfg.seed)
         self.eval_env = make_env(task, cfg, seed=cfg.seed + 100_000)
-        self.agent = ProtoAgent(self.env.obs_type, self.env.obs_shape, self.env.action_shape, cfg.agent,
-                                self.device, phase)
-        if phase == "finetune":
-            if pretrained is None:
-                raise ValueError("the finetune phase needs a pre-training snapshot")
+        self.agent = make_agent(self.env.obs_type, self.env.obs_shape, self.env.action_shape, cfg.agent,
+                                self.device, phase, train_representation=phase == "pretrain" or pretrained is None)
+        if pretrained is not None:
             source = Path(pretrained.get("path", "<snapshot>"))
             check_spec(source, pretrained["env_spec"], self.env.spec())
             check_architecture(source, pretrained["config"].get("agent", {}), cfg.agent)
             self.agent.load_pretrained(pretrained["agent"])
         self.replay = ReplayBuffer(self.env.frame_shape, self.env.frame_dtype, self.env.action_shape,
-                                   cfg.replay_capacity, self.env.frame_stack, seed=cfg.seed)
+                                   cfg.replay_capacity, self.env.frame_stack, seed=cfg.seed,
+                                   physical_state_shape=self.env.physical_state_shape)
         self.logger = Logger(out_dir, tensorboard=cfg.tensorboard)
+        self.monitor = None  # pre-training analyses: coverage, maps, reward variance (protorl/analysis/)
+        if phase == "pretrain" and cfg.analysis_every_frames is not None:
+            self.monitor = AnalysisMonitor(cfg, self.env, self.agent, self.replay, self.logger, out_dir)
         self.total_frames = cfg.pretrain_frames if phase == "pretrain" else cfg.finetune_frames
         self.agent_steps = 0
         self.updates = 0  # agent updates so far; the SAC and EMA schedules count these
@@ -137,7 +141,9 @@ class Trainer:
                 self.updates += 1
 
             time_step = env.step(action)
-            self.replay.add(time_step.frame, action, time_step.reward, time_step.discount)
+            self.replay.add(time_step.frame, action, time_step.reward, time_step.discount, time_step.physical_state)
+            if self.monitor is not None:
+                self.monitor.record(time_step.physical_state)
             episode_reward += time_step.reward
             episode_steps += 1
             self.agent_steps += 1
@@ -154,6 +160,8 @@ class Trainer:
             self.evaluate()
         if self.phase == "pretrain":
             self.save_snapshot(self.frames)
+        if self.monitor is not None:
+            self.monitor.finish(self.frames)
         self._bar.close()
         self.logger.close()
         self.result.frames = self.frames
@@ -163,7 +171,9 @@ class Trainer:
 
     def _begin_episode(self):
         time_step = self.env.reset()
-        self.replay.add_first(time_step.frame)
+        self.replay.add_first(time_step.frame, time_step.physical_state)
+        if self.monitor is not None:
+            self.monitor.record(time_step.physical_state)
         return time_step
 
     def _elapsed(self) -> float:
@@ -189,6 +199,8 @@ class Trainer:
                 "fps": fps, "total_time_s": self._elapsed()})
             self._last_log_time, self._last_log_frames = now, self.frames
         self._bar.set_postfix(episode_reward=f"{episode_reward:.1f}", fps=f"{fps:.0f}")
+        if self.monitor is not None:
+            self.monitor.end_episode(self.frames)
 
     def evaluate(self) -> None:
         """Run `eval_episodes` episodes with the policy's mean action; log their mean return."""
@@ -242,6 +254,7 @@ class Trainer:
             "snapshots": [str(p) for p in self.result.snapshots], "elapsed_s": self._elapsed(),
             "agent": self.agent.state_dict(), "replay": self.replay.state_dict(),
             "logger": self.logger.state_dict(self.frames),
+            "monitor": None if self.monitor is None else self.monitor.state_dict(),
             "rng": {"trainer": self._rng.bit_generator.state, "torch": torch.get_rng_state(),
                     "numpy": _numpy_global_state(), "python": _python_state(),
                     "env": self.env.rng_state(), "eval_env": self.eval_env.rng_state()},
@@ -262,6 +275,8 @@ class Trainer:
         self.agent.load_state_dict(state["agent"])
         self.replay.load_state_dict(state["replay"])
         self.logger.load_state_dict(state["logger"])
+        if self.monitor is not None:
+            self.monitor.load_state_dict(state["monitor"])
         rng = state["rng"]
         self._rng.bit_generator.state = rng["trainer"]
         torch.set_rng_state(rng["torch"])

@@ -38,6 +38,8 @@ TINY_AGENT = {
     "proj_dim": 16,
     "pred_hidden_dim": 32,
     "state_hidden_dim": 32,
+    "icm_hidden_dim": 32,
+    "apt_knn_k": 3,  # APT's neighbours come from the batch of 8
 }
 
 

@@ -90,7 +90,8 @@ def test_checkpoint_holds_everything_to_resume(uninterrupted):
     state = load_checkpoint(list_checkpoints(uninterrupted / "pretrain" / "checkpoints")[-1])
     assert state["agent_steps"] * 8 == 4000 and state["episodes"] == 4
     assert set(state["agent"]) >= {"encoder", "head", "encoder_target", "projector_target", "queue", "sac",
-                                   "repr_optimizer"}
+                                   "optimizers"}
+    assert set(state["agent"]["optimizers"]) == {"repr"}
     assert set(state["agent"]["sac"]) >= {"actor_optimizer", "critic_optimizer", "alpha_optimizer", "log_alpha"}
     assert state["replay"]["num_written"] == 4000 // 8 + 4  # one first frame per episode (not the 5th's yet)
     assert set(state["rng"]) == {"trainer", "torch", "numpy", "python", "env", "eval_env"}

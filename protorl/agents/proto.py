@@ -1,25 +1,24 @@
 """The Proto-RL agent: prototypical representation learning + entropy-driven SAC (section 4).
 
-Two phases share this class:
 - "pretrain": task-agnostic. The encoder, projector, predictor and prototypes learn from L_SSL only;
   SAC learns from the intrinsic reward on detached features. Prototypes are kept unit-norm (normalised
   at creation and after every SSL step), which is the paper's "normalise before every use".
-- "finetune": the encoder, projector and prototypes are frozen; SAC learns from r + alpha * r_intr,
-  and the candidate queue keeps being refreshed from downstream batches.
+- "finetune" from a snapshot: the encoder, projector and prototypes are frozen; SAC learns from
+  r + alpha * r_intr, and the candidate queue keeps being refreshed from downstream batches.
+- "finetune" without pre-training (appendix H, figure 14): the pre-training update, with SAC on
+  r + alpha * r_intr from the first step.
 """
 
 from __future__ import annotations
 
 import copy
 
-import numpy as np
 import torch
 import torch.nn.functional as F
+from torch import nn
 
-from protorl.agents.sac import SAC
-from protorl.augment import random_shift
-from protorl.config import AgentConfig
-from protorl.networks import make_encoder, soft_update
+from protorl.agents.base import Agent
+from protorl.networks import soft_update
 from protorl.proto import (
     CandidateQueue,
     ProtoHead,
@@ -28,53 +27,31 @@ from protorl.proto import (
     sample_candidates,
     sinkhorn,
 )
-from protorl.replay import ReplayBuffer
 from protorl.utils import make_adam
 
-PHASES = ("pretrain", "finetune")
 
+class ProtoAgent(Agent):
+    name = "proto"
+    learns_online = True
+    loads_pretrained_actor = True
 
-class ProtoAgent:
-    def __init__(self, obs_type: str, obs_shape: tuple[int, ...], action_shape: tuple[int, ...],
-                 cfg: AgentConfig, device: torch.device, phase: str = "pretrain"):
-        if phase not in PHASES:
-            raise ValueError(f"phase must be one of {PHASES}, got {phase!r}")
-        self.cfg, self.device, self.phase = cfg, device, phase
-        self.obs_type = obs_type
-        self.encoder = make_encoder(obs_type, obs_shape, cfg.state_hidden_dim).to(device)
-        repr_dim = self.encoder.repr_dim
-        self.head = ProtoHead(repr_dim, cfg.proj_dim, cfg.pred_hidden_dim, cfg.num_prototypes).to(device)
+    def build(self) -> None:
+        cfg, device = self.cfg, self.device
+        self.head = ProtoHead(self.encoder.repr_dim, cfg.proj_dim, cfg.pred_hidden_dim, cfg.num_prototypes).to(device)
         self.encoder_target = copy.deepcopy(self.encoder).requires_grad_(False)
         self.projector_target = copy.deepcopy(self.head.projector).requires_grad_(False)
         self.queue = CandidateQueue(cfg.num_prototypes * cfg.candidates_per_prototype, cfg.proj_dim, device)
-        self.sac = SAC(repr_dim, action_shape[0], cfg, device)
-        if phase == "pretrain":
-            self.repr_optimizer = make_adam([*self.encoder.parameters(), *self.head.parameters()], cfg.lr)
-        else:
-            self.freeze_representation()
-
-    # -- acting -------------------------------------------------------------------------------------
-    @torch.no_grad()
-    def act(self, obs: np.ndarray, sample: bool) -> np.ndarray:
-        """One observation -> one action in [-1, 1]: a policy sample (training) or its mean (eval)."""
-        obs_t = torch.as_tensor(obs, device=self.device).unsqueeze(0)
-        return self.sac.act(self.encoder(obs_t), sample)[0].cpu().numpy()
+        self.repr_optimizer = make_adam([*self.encoder.parameters(), *self.head.parameters()], cfg.lr)
 
     # -- learning -----------------------------------------------------------------------------------
-    def augment(self, obs: torch.Tensor) -> torch.Tensor:
-        if self.obs_type != "pixels":
-            return obs
-        return random_shift(obs, self.cfg.augment_pad)
+    def update_pretrain(self, obs, action, discount, next_obs, step: int) -> dict[str, float]:
+        return self._update_with_ssl(obs, action, None, discount, next_obs, step)
 
-    def update(self, replay: ReplayBuffer, step: int) -> dict[str, float]:
-        """Sample a batch and run one update of the current phase; `step` counts agent updates."""
-        batch = replay.sample(self.cfg.batch_size, self.device)
-        obs, next_obs = self.augment(batch.obs), self.augment(batch.next_obs)
-        if self.phase == "pretrain":
-            return self._update_pretrain(obs, batch.action, batch.discount, next_obs, step)
-        return self._update_finetune(obs, batch.action, batch.reward, batch.discount, next_obs, step)
+    def update_online(self, obs, action, reward, discount, next_obs, step: int) -> dict[str, float]:
+        return self._update_with_ssl(obs, action, reward, discount, next_obs, step)
 
-    def _update_pretrain(self, obs, action, discount, next_obs, step: int) -> dict[str, float]:
+    def _update_with_ssl(self, obs, action, extr_reward, discount, next_obs, step: int) -> dict[str, float]:
+        """One L_SSL step, then SAC on detached features with r_intr (pretrain) or r + alpha * r_intr."""
         with torch.no_grad():
             # RL features and reward come from this step's online encoder, before its SSL update:
             # one shared forward of x_{t+1} (the paper's code runs two) and the x_t forward below is
@@ -91,12 +68,15 @@ class ProtoAgent:
             soft_update(self.encoder, self.encoder_target, self.cfg.encoder_target_tau)
             soft_update(self.head.projector, self.projector_target, self.cfg.encoder_target_tau)
 
-        metrics = self.sac.update(features.detach(), action, intr_reward, discount, next_features, step)
+        reward = intr_reward if extr_reward is None else extr_reward + self.cfg.intr_coef * intr_reward
+        metrics = self.sac.update(features.detach(), action, reward, discount, next_features, step)
         metrics.update(repr_loss=repr_loss.item(), intr_reward_mean=intr_reward.mean().item(),
                        intr_reward_std=intr_reward.std(correction=0).item())
+        if extr_reward is not None:
+            metrics["extr_reward_mean"] = extr_reward.mean().item()
         return metrics
 
-    def _update_finetune(self, obs, action, extr_reward, discount, next_obs, step: int) -> dict[str, float]:
+    def update_frozen(self, obs, action, extr_reward, discount, next_obs, step: int) -> dict[str, float]:
         with torch.no_grad():
             features, next_features = self.encoder(torch.cat([obs, next_obs])).chunk(2)  # (B, R) each
             intr_reward = self.intrinsic_reward(next_features)
@@ -131,45 +111,15 @@ class ProtoAgent:
         return knn_reward(z, self.queue.filled(), self.cfg.knn_k)
 
     # -- phases and persistence -----------------------------------------------------------------------
-    def freeze_representation(self) -> None:
-        """Downstream: the encoder, projector, predictor and prototypes never change again."""
-        for module in (self.encoder, self.head, self.encoder_target, self.projector_target):
-            module.requires_grad_(False)
-        self.repr_optimizer = None
+    def representation_modules(self) -> dict[str, nn.Module]:
+        return {"encoder": self.encoder, "head": self.head, "encoder_target": self.encoder_target,
+                "projector_target": self.projector_target, "queue": self.queue}
 
-    def representation_state(self) -> dict:
-        """Everything a downstream agent takes from pre-training."""
-        return {"encoder": self.encoder.state_dict(), "head": self.head.state_dict(),
-                "encoder_target": self.encoder_target.state_dict(),
-                "projector_target": self.projector_target.state_dict(), "queue": self.queue.state_dict(),
-                "actor": self.sac.actor.state_dict()}
-
-    def state_dict(self) -> dict:
-        """Every network, target, optimiser and the queue: what a checkpoint needs to resume exactly."""
-        state = {**self.representation_state(), "sac": self.sac.state_dict()}
-        if self.repr_optimizer is not None:
-            state["repr_optimizer"] = self.repr_optimizer.state_dict()
-        return state
-
-    def load_state_dict(self, state: dict) -> None:
-        self._load_representation(state)
-        self.sac.load_state_dict(state["sac"])
-        if self.repr_optimizer is not None:
-            self.repr_optimizer.load_state_dict(state["repr_optimizer"])
+    def representation_optimizers(self) -> dict[str, torch.optim.Optimizer]:
+        return {"repr": self.repr_optimizer} if self.train_representation else {}
 
     def load_pretrained(self, state: dict) -> None:
-        """Start downstream from a pre-training snapshot: its representation, queue and actor.
-
-        The critic and the SAC temperature stay freshly initialised (appendix C.6).
-        """
-        self._load_representation(state)
-        self.sac.actor.load_state_dict(state["actor"])
+        """Start downstream from a snapshot: its representation, queue and actor; the critic and the SAC
+        temperature stay freshly initialised (appendix C.6)."""
+        super().load_pretrained(state)
         self.head.normalize_prototypes_()  # once: frozen from here on
-
-    def _load_representation(self, state: dict) -> None:
-        """Encoder, head, their targets and the queue from `representation_state()`'s keys."""
-        self.encoder.load_state_dict(state["encoder"])
-        self.head.load_state_dict(state["head"])
-        self.encoder_target.load_state_dict(state["encoder_target"])
-        self.projector_target.load_state_dict(state["projector_target"])
-        self.queue.load_state_dict(state["queue"])

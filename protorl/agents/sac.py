@@ -1,7 +1,8 @@
-"""Soft Actor-Critic on fixed features (appendix A): the RL core shared by every agent.
+"""Soft Actor-Critic on encoder features (appendix A): the RL core shared by every agent.
 
-SAC never sees pixels: it takes encoder outputs that the caller has detached, so its losses cannot
-reach the representation.
+SAC never sees pixels: it takes encoder outputs. Detached ones by default, so its losses cannot reach the
+representation (Proto-RL, APT, every frozen downstream agent); only when the caller passes the encoder's
+optimiser (DrQ and the agents built on it) does the critic loss also train the encoder.
 """
 
 from __future__ import annotations
@@ -43,18 +44,24 @@ class SAC:
         return dist.sample() if sample else dist.mean
 
     def update(self, obs: torch.Tensor, action: torch.Tensor, reward: torch.Tensor, discount: torch.Tensor,
-               next_obs: torch.Tensor, step: int) -> dict[str, float]:
-        """One SAC update on detached features obs, next_obs (B, repr); reward, discount (B, 1)."""
-        if obs.requires_grad or next_obs.requires_grad:
+               next_obs: torch.Tensor, step: int, encoder_optimizer: torch.optim.Optimizer | None = None
+               ) -> dict[str, float]:
+        """One SAC update on features obs, next_obs (B, repr); reward, discount (B, 1).
+
+        Features must be detached unless `encoder_optimizer` is given: then `obs` carries the encoder's
+        graph and the critic loss steps the encoder too (DrQ). The actor always sees detached features.
+        """
+        if next_obs.requires_grad or (obs.requires_grad and encoder_optimizer is None):
             raise ValueError("SAC.update expects detached features: RL gradients must not reach the encoder")
-        metrics = self.update_critic(obs, action, reward, discount, next_obs)
+        metrics = self.update_critic(obs, action, reward, discount, next_obs, encoder_optimizer)
         if step % self.cfg.actor_update_every == 0:
-            metrics.update(self.update_actor_and_alpha(obs))
+            metrics.update(self.update_actor_and_alpha(obs.detach()))
         if step % self.cfg.critic_target_update_every == 0:
             soft_update(self.critic, self.critic_target, self.cfg.critic_target_tau)
         return metrics
 
-    def update_critic(self, obs, action, reward, discount, next_obs) -> dict[str, float]:
+    def update_critic(self, obs, action, reward, discount, next_obs,
+                      encoder_optimizer: torch.optim.Optimizer | None = None) -> dict[str, float]:
         with torch.no_grad():
             dist = self.actor(next_obs)
             next_action = dist.rsample()
@@ -63,9 +70,12 @@ class SAC:
             target_q = reward + discount * self.cfg.discount * target_v  # (B, 1)
         q1, q2 = self.critic(obs, action)
         critic_loss = F.mse_loss(q1, target_q) + F.mse_loss(q2, target_q)
-        self.critic_optimizer.zero_grad(set_to_none=True)
+        optimizers = [self.critic_optimizer] + ([encoder_optimizer] if encoder_optimizer is not None else [])
+        for optimizer in optimizers:
+            optimizer.zero_grad(set_to_none=True)
         critic_loss.backward()
-        self.critic_optimizer.step()
+        for optimizer in optimizers:
+            optimizer.step()
         return {"critic_loss": critic_loss.item(), "critic_q": q1.mean().item()}
 
     def update_actor_and_alpha(self, obs) -> dict[str, float]:

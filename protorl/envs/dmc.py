@@ -1,7 +1,8 @@
 """DeepMind Control tasks with action repeat, 84x84 pixel frames and frame stacking (appendix C.1).
 
 An environment returns a `TimeStep` holding both the newest single `frame` (what the replay buffer
-stores) and the stacked `obs` (what the agent acts on). Episodes end on the suite's time limit; the
+stores) and the stacked `obs` (what the agent acts on), plus the simulator's `physical_state` at that
+frame (for analyses only, e.g. state coverage). Episodes end on the suite's time limit; the
 discount stays 1 there, so learning bootstraps through it.
 """
 
@@ -77,6 +78,7 @@ class TimeStep:
     discount: float  # product over the action repeat: 1.0 except at true terminations
     first: bool
     last: bool
+    physical_state: np.ndarray | None = None  # (S,) float64 physics.get_state(): qpos, qvel, act
 
 
 class DMCEnv:
@@ -122,6 +124,11 @@ class DMCEnv:
         first, *rest = self.frame_shape
         return (first * self.frame_stack, *rest)
 
+    @property
+    def physical_state_shape(self) -> tuple[int, ...]:
+        """(nq + nv + na,): the shape of `TimeStep.physical_state`."""
+        return self.physics.get_state().shape
+
     def spec(self) -> dict:
         """What a snapshot must match to be used on this environment."""
         return {"domain": self.domain, "obs_type": self.obs_type, "obs_shape": list(self.obs_shape),
@@ -137,7 +144,8 @@ class DMCEnv:
         frame = self._frame(dm_step)
         for _ in range(self.frame_stack):
             self._frames.append(frame)  # an episode's first stack repeats its first frame
-        return TimeStep(frame, self._stacked(), 0.0, 1.0, first=True, last=False)
+        return TimeStep(frame, self._stacked(), 0.0, 1.0, first=True, last=False,
+                        physical_state=self.physics.get_state())
 
     def step(self, action: np.ndarray) -> TimeStep:
         """Apply `action` in [-1, 1]^|A| for `action_repeat` physics control steps."""
@@ -155,7 +163,8 @@ class DMCEnv:
                 break
         frame = self._frame(dm_step)
         self._frames.append(frame)
-        return TimeStep(frame, self._stacked(), reward, discount, first=False, last=dm_step.last())
+        return TimeStep(frame, self._stacked(), reward, discount, first=False, last=dm_step.last(),
+                        physical_state=self.physics.get_state())
 
     def rng_state(self) -> dict:
         """The task's random state (initial states, noise) as plain data, for checkpoints."""

@@ -1,0 +1,79 @@
+"""APT (Liu and Abbeel 2021): contrastive representation learning plus a particle-based entropy reward.
+
+Pre-training: a SimCLR contrastive loss (NT-Xent between two random shifts of each observation) trains
+the encoder and a projection head; SAC learns on detached features, as in Proto-RL. The reward of x_{t+1}
+is log(1 + mean distance to its k nearest neighbours among the other projections of the same batch),
+a batch drawn uniformly from the replay buffer: no prototypes, no queue. Downstream: a fresh SAC agent on
+the frozen encoder (the paper freezes APT's encoder for a fair comparison, appendix C.4).
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from protorl.agents.base import Agent
+from protorl.networks import orthogonal_init
+from protorl.proto import nearest_distances
+from protorl.replay import ReplayBuffer
+from protorl.utils import make_adam
+
+
+def nt_xent_loss(z1: torch.Tensor, z2: torch.Tensor, temperature: float) -> torch.Tensor:
+    """SimCLR's loss: each of the 2B L2-normalised views (B, D) must pick its twin among the other 2B - 1."""
+    z = torch.cat([z1, z2])  # (2B, D)
+    logits = z @ z.t() / temperature  # (2B, 2B)
+    logits.fill_diagonal_(float("-inf"))  # a view is not its own candidate
+    batch_size = z1.shape[0]
+    twins = torch.cat([torch.arange(batch_size, 2 * batch_size), torch.arange(batch_size)]).to(z.device)
+    return F.cross_entropy(logits, twins)
+
+
+def particle_entropy_reward(z: torch.Tensor, k: int) -> torch.Tensor:
+    """APT's reward log(1 + mean distance to the k nearest other rows of the batch): (B, D) -> (B, 1)."""
+    distances = nearest_distances(z, z, k + 1)[:, 1:]  # (B, k): the nearest "neighbour" is the point itself
+    return torch.log1p(distances.mean(dim=1, keepdim=True))
+
+
+class APTAgent(Agent):
+    name = "apt"
+
+    def build(self) -> None:
+        cfg = self.cfg
+        self.projector = nn.Sequential(nn.Linear(self.encoder.repr_dim, cfg.apt_proj_dim), nn.ReLU(),
+                                       nn.Linear(cfg.apt_proj_dim, cfg.apt_proj_dim)).to(self.device)
+        self.projector.apply(orthogonal_init)
+        self.repr_optimizer = make_adam([*self.encoder.parameters(), *self.projector.parameters()], cfg.lr)
+
+    def representation_modules(self) -> dict[str, nn.Module]:
+        return {"encoder": self.encoder, "projector": self.projector}
+
+    def representation_optimizers(self) -> dict[str, torch.optim.Optimizer]:
+        return {"repr": self.repr_optimizer} if self.train_representation else {}
+
+    def project(self, features: torch.Tensor) -> torch.Tensor:
+        """(B, repr) -> L2-normalised projections (B, D): the space of the contrastive loss and the reward."""
+        return F.normalize(self.projector(features), dim=1)
+
+    def update(self, replay: ReplayBuffer, step: int) -> dict[str, float]:
+        """Pre-training needs two views of x_t; every other update is the shared one."""
+        if self.phase != "pretrain":
+            return super().update(replay, step)
+        batch = replay.sample(self.cfg.batch_size, self.device)
+        view, other_view = self.augment(batch.obs), self.augment(batch.obs)
+        next_obs = self.augment(batch.next_obs)
+        with torch.no_grad():
+            next_features = self.encoder(next_obs)  # (B, R)
+            intr_reward = particle_entropy_reward(self.project(next_features), self.cfg.apt_knn_k)  # (B, 1)
+        features, other_features = self.encoder(torch.cat([view, other_view])).chunk(2)  # (B, R) each
+        contrastive_loss = nt_xent_loss(self.project(features), self.project(other_features),
+                                        self.cfg.apt_temperature)
+        self.repr_optimizer.zero_grad(set_to_none=True)
+        contrastive_loss.backward()
+        self.repr_optimizer.step()
+
+        metrics = self.sac.update(features.detach(), batch.action, intr_reward, batch.discount, next_features, step)
+        metrics.update(repr_loss=contrastive_loss.item(), intr_reward_mean=intr_reward.mean().item(),
+                       intr_reward_std=intr_reward.std(correction=0).item())
+        return metrics

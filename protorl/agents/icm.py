@@ -1,0 +1,111 @@
+"""Curiosity (ICM, Pathak et al. 2017) as adapted in appendix C.4: DrQ plus forward and inverse dynamics
+models on a 50-d linear projection of the encoder's features.
+
+Pre-training: the ICM loss (forward + inverse prediction errors) trains the projection, both models and
+the encoder; DrQ's critic loss also trains the encoder ("we augment DrQ with the ICM module"). The
+intrinsic reward is the forward prediction error, divided by a running estimate of its standard
+deviation, then log(1 + x). Downstream: a fresh SAC agent on the frozen encoder.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from protorl.agents.drq import DrQAgent
+from protorl.networks import mlp, orthogonal_init
+from protorl.utils import make_adam
+
+
+class RunningMeanStd:
+    """Mean and population standard deviation of every value seen so far, merged batch by batch (Chan et al.)."""
+
+    def __init__(self, device: torch.device | str = "cpu"):
+        self.mean = torch.zeros((), dtype=torch.float64, device=device)
+        self.var = torch.zeros((), dtype=torch.float64, device=device)
+        self.count = 0
+
+    def update(self, values: torch.Tensor) -> None:
+        values = values.detach().double().flatten()
+        n = values.numel()
+        batch_mean, batch_var = values.mean(), values.var(correction=0)
+        total = self.count + n
+        delta = batch_mean - self.mean
+        self.var = (self.var * self.count + batch_var * n + delta.square() * self.count * n / total) / total
+        self.mean = self.mean + delta * n / total
+        self.count = total
+
+    @property
+    def std(self) -> torch.Tensor:
+        return self.var.sqrt()
+
+    def state_dict(self) -> dict:
+        return {"mean": self.mean.clone(), "var": self.var.clone(), "count": self.count}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.mean, self.var, self.count = state["mean"].clone(), state["var"].clone(), int(state["count"])
+
+
+def normalized_curiosity(error: torch.Tensor, stats: RunningMeanStd, eps: float = 1e-8) -> torch.Tensor:
+    """Fold a batch of forward errors (B, 1) into `stats`, then reward = log(1 + error / running std)."""
+    stats.update(error)
+    return torch.log1p(error / (stats.std.to(error.dtype) + eps))
+
+
+class ICM(nn.Module):
+    """Projection phi (repr -> 50), forward model (phi, a) -> phi', inverse model (phi, phi') -> a."""
+
+    def __init__(self, repr_dim: int, action_dim: int, proj_dim: int, hidden_dim: int):
+        super().__init__()
+        self.projection = nn.Linear(repr_dim, proj_dim)
+        # two-layer MLPs: Linear -> ReLU -> Linear
+        self.forward_model = mlp(proj_dim + action_dim, hidden_dim, proj_dim, hidden_depth=1)
+        self.inverse_model = nn.Sequential(mlp(2 * proj_dim, hidden_dim, action_dim, hidden_depth=1), nn.Tanh())
+        self.apply(orthogonal_init)
+
+    def errors(self, features: torch.Tensor, action: torch.Tensor, next_features: torch.Tensor
+               ) -> tuple[torch.Tensor, torch.Tensor]:
+        """(B, repr), (B, |A|), (B, repr) -> forward and inverse errors 0.5 * ||prediction - target||^2, (B, 1) each."""
+        phi, next_phi = self.projection(features), self.projection(next_features)  # (B, 50) each
+        predicted_next = self.forward_model(torch.cat([phi, action], dim=1))
+        predicted_action = self.inverse_model(torch.cat([phi, next_phi], dim=1))
+        forward_error = 0.5 * (predicted_next - next_phi).square().sum(dim=1, keepdim=True)
+        inverse_error = 0.5 * (predicted_action - action).square().sum(dim=1, keepdim=True)
+        return forward_error, inverse_error
+
+
+class ICMAgent(DrQAgent):
+    name = "icm"
+    pretrains = True
+    learns_online = False
+
+    def build(self) -> None:
+        super().build()
+        cfg, action_dim = self.cfg, self.action_shape[0]
+        self.icm = ICM(self.encoder.repr_dim, action_dim, cfg.icm_proj_dim, cfg.icm_hidden_dim).to(self.device)
+        self.icm_optimizer = make_adam(self.icm.parameters(), cfg.lr)
+        self.curiosity_stats = RunningMeanStd(self.device)
+
+    def representation_modules(self) -> dict[str, nn.Module]:
+        return {"encoder": self.encoder, "icm": self.icm, "curiosity_stats": self.curiosity_stats}
+
+    def representation_optimizers(self) -> dict[str, torch.optim.Optimizer]:
+        return {"encoder": self.encoder_optimizer, "icm": self.icm_optimizer} if self.train_representation else {}
+
+    def update_pretrain(self, obs, action, discount, next_obs, step: int) -> dict[str, float]:
+        features, next_features = self.encoder(torch.cat([obs, next_obs])).chunk(2)  # (B, R) each, with gradient
+        forward_error, inverse_error = self.icm.errors(features, action, next_features)
+        icm_loss = forward_error.mean() + inverse_error.mean()
+        for optimizer in (self.encoder_optimizer, self.icm_optimizer):
+            optimizer.zero_grad(set_to_none=True)
+        icm_loss.backward()
+        for optimizer in (self.encoder_optimizer, self.icm_optimizer):
+            optimizer.step()
+
+        with torch.no_grad():
+            intr_reward = normalized_curiosity(forward_error.detach(), self.curiosity_stats)  # (B, 1)
+        metrics = self.update_sac_through_encoder(obs, action, intr_reward, discount, next_obs, step,
+                                                  self.encoder_optimizer)
+        metrics.update(icm_forward_loss=forward_error.mean().item(), icm_inverse_loss=inverse_error.mean().item(),
+                       intr_reward_mean=intr_reward.mean().item(), intr_reward_std=intr_reward.std(correction=0).item())
+        return metrics

@@ -1,0 +1,141 @@
+"""The pre-training analyses on a schedule: state coverage, figure 1's map and the reward variance.
+
+The trainer hands over every step's physical state (`record`, a list append) and calls `end_episode`;
+the states are binned there, once per episode, into a cumulative histogram of every state visited in
+the phase (unlike the ring buffer, it never forgets). Every `analysis_every_frames`, at the next episode
+end, and once at the end of the phase (`finish`), one row goes to `analysis.csv` and TensorBoard:
+
+- `coverage/entropy`, `coverage/visited_fraction`: of the cumulative histogram;
+- `coverage/replay_entropy`: of the states in the replay buffer now, the paper's reading of section 5.6
+  (differs from the cumulative one once the buffer has wrapped);
+- `variance/*` (agents with prototypes): `protorl.analysis.variance.reward_variance` on a probe set drawn
+  once, at the first analysis, from the replay;
+- for the point-mass arenas, `maps/map_<frames>.png` (also TensorBoard image `maps/visitation`), and
+  at the end `maps/maps.gif`.
+
+Each analysis draws from its own generators seeded by (seed, frames), and the histogram, the probes, the
+schedule and the CSV position are in `state_dict()`: a resumed run logs the same rows as a straight one.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import imageio.v3 as iio
+import numpy as np
+import torch
+
+from protorl.analysis.coverage import coverage_entropy, coverage_spec, histogram, visited_fraction
+from protorl.analysis.maps import (
+    MAP_DOMAINS,
+    closest_samples,
+    map_paths,
+    render_map,
+    wall_rectangles,
+    write_animation,
+)
+from protorl.analysis.variance import embed, has_prototypes, reward_variance
+from protorl.config import Config
+from protorl.envs import DMCEnv
+from protorl.logger import CSVFile, Logger
+from protorl.replay import ReplayBuffer
+
+COLUMNS = [
+    "frames", "coverage/entropy", "coverage/visited_fraction", "coverage/replay_entropy",
+    "variance/proto_mean", "variance/proto_std", "variance/proto_cv",
+    "variance/uniform_mean", "variance/uniform_std", "variance/uniform_cv", "analysis/time_s",
+]
+
+
+class AnalysisMonitor:
+    """Coverage, maps and reward variance of one pre-training phase, written into `out_dir`."""
+
+    def __init__(self, cfg: Config, env: DMCEnv, agent, replay: ReplayBuffer, logger: Logger, out_dir: Path):
+        self.cfg, self.agent, self.replay, self.logger = cfg, agent, replay, logger
+        self.every = cfg.analysis_every_frames
+        self.next_frames = self.every  # the next scheduled analysis
+        self.last_frames = -1  # frames of the latest analysis
+        self.spec = coverage_spec(env.domain, env.physics, cfg.coverage_bins)
+        self.counts = None if self.spec is None else np.zeros(self.spec.shape, dtype=np.int64)
+        self._pending: list[np.ndarray] = []  # this episode's physical states, binned at its end
+        self.probes: np.ndarray | None = None  # (P, *obs_shape), drawn at the first analysis
+        self.map_dir = out_dir / "maps"
+        draws_maps = self.spec is not None and env.domain in MAP_DOMAINS
+        self.walls = wall_rectangles(env.physics) if draws_maps else None
+        self.csv = CSVFile(out_dir / "analysis.csv", COLUMNS)
+
+    def record(self, physical_state: np.ndarray) -> None:
+        self._pending.append(physical_state)
+
+    def end_episode(self, frames: int) -> None:
+        """Bin the episode's states; analyse if an analysis is due."""
+        if self.counts is not None and self._pending:
+            self.counts += histogram(np.stack(self._pending), self.spec).reshape(self.spec.shape)
+        self._pending.clear()
+        if frames >= self.next_frames:
+            self.analyze(frames)
+            self.next_frames = (frames // self.every + 1) * self.every
+
+    def finish(self, frames: int) -> None:
+        """At the end of the phase: a last analysis (unless one just ran) and the maps' animation."""
+        self.end_episode(frames)
+        if self.last_frames != frames:
+            self.analyze(frames)
+        paths = map_paths(self.map_dir, frames)
+        if paths:
+            write_animation(paths, self.map_dir / "maps.gif")
+        self.csv.close()
+
+    def analyze(self, frames: int) -> dict[str, float]:
+        """Compute, write and log one row of analyses at `frames`."""
+        started = time.time()
+        rng = np.random.default_rng([self.cfg.seed, frames])
+        row: dict[str, float] = {"frames": frames}
+        if self.spec is not None:
+            replay_counts = histogram(self.replay.stored_physical_states(), self.spec)
+            row.update({"coverage/entropy": coverage_entropy(self.counts),
+                        "coverage/visited_fraction": visited_fraction(self.counts),
+                        "coverage/replay_entropy": coverage_entropy(replay_counts)})
+        if has_prototypes(self.agent) and len(self.replay) > 0:
+            if self.probes is None:
+                self.probes = self.replay.stack_at(self.replay.sample_indices(self.cfg.variance_probes, rng))
+            generator = torch.Generator(device=self.agent.device).manual_seed(int(rng.integers(2**62)))
+            row.update(reward_variance(self.agent, self.replay, self.probes, self.cfg.variance_repeats, rng,
+                                       generator))
+        if self.walls is not None:
+            self._write_map(frames, rng)
+        row["analysis/time_s"] = time.time() - started
+        self.csv.write(row)
+        self.logger.log_scalars(row)
+        self.last_frames = frames
+        return row
+
+    def _write_map(self, frames: int, rng: np.random.Generator) -> None:
+        prototype_xy = None
+        if has_prototypes(self.agent) and len(self.replay) > 0:
+            ends = self.replay.sample_indices(self.cfg.map_samples, rng)
+            closest = closest_samples(embed(self.agent, self.replay.stack_at(ends)), self.agent.head.prototypes)
+            states = self.replay.physical_states[ends[closest.cpu().numpy()] % self.replay.capacity]
+            prototype_xy = states[:, self.spec.columns]  # (M, 2)
+        image = render_map(self.counts, self.spec, self.walls, prototype_xy, f"state visitation, {frames} frames")
+        self.map_dir.mkdir(parents=True, exist_ok=True)
+        iio.imwrite(self.map_dir / f"map_{frames}.png", image)
+        self.logger.log_image("maps/visitation", image, frames)
+
+    # -- checkpoints -------------------------------------------------------------------------------------
+    def state_dict(self) -> dict:
+        pending = np.stack(self._pending) if self._pending else np.zeros((0, 0))
+        return {"next_frames": self.next_frames, "last_frames": self.last_frames, "csv": self.csv.tell(),
+                "counts": None if self.counts is None else torch.from_numpy(self.counts.copy()),
+                "pending": torch.from_numpy(pending),
+                "probes": None if self.probes is None else torch.from_numpy(self.probes.copy())}
+
+    def load_state_dict(self, state: dict) -> None:
+        """Continue from `state_dict()`; rows written after it are dropped from `analysis.csv`."""
+        self.next_frames, self.last_frames = int(state["next_frames"]), int(state["last_frames"])
+        self.csv.truncate(state["csv"])
+        if self.counts is not None:
+            self.counts[...] = state["counts"].numpy()
+        self._pending = list(state["pending"].numpy())
+        self.probes = None if state["probes"] is None else state["probes"].numpy()

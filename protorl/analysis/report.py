@@ -1,0 +1,148 @@
+"""`protorl-analyze RUN_DIR`: plots and a short text summary of the analyses logged during pre-training.
+
+Reads `pretrain/analysis.csv` (and `maps/`) of a run directory and writes into `RUN_DIR/analysis/`:
+`coverage.png` (coverage over frames), `variance.png` (per-state std and CV of the k-NN reward, proto vs
+uniform candidates: figure 10), `map.png` (the latest maze map, if any) and `analysis.txt`.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import math
+import shutil
+from pathlib import Path
+
+from protorl.analysis.maps import map_paths
+
+COVERAGE_KEYS = {  # column -> (legend, line format)
+    "coverage/entropy": ("normalised entropy (all visited states)", "o-"),
+    "coverage/replay_entropy": ("normalised entropy (replay buffer)", "s--"),
+    "coverage/visited_fraction": ("fraction of cells visited", "^-"),
+}
+SCHEMES = ("proto", "uniform")
+
+
+class NotARunError(ValueError):
+    """The directory holds no pre-training analyses."""
+
+
+def phase_dir(run_dir: Path) -> Path:
+    """The directory holding `analysis.csv`: `run_dir/pretrain`, or `run_dir` itself (a phase directory)."""
+    if not run_dir.is_dir():
+        raise NotARunError(f"{run_dir} is not a directory")
+    for candidate in (run_dir / "pretrain", run_dir):
+        if (candidate / "analysis.csv").is_file():
+            return candidate
+    raise NotARunError(f"{run_dir} is not a protorl run directory with analyses: no pretrain/analysis.csv "
+                       "(written by protorl-pretrain and protorl-train unless analysis_every_frames=null)")
+
+
+def read_rows(path: Path) -> list[dict[str, float]]:
+    """The rows of `analysis.csv` with their non-empty values as floats."""
+    with open(path, newline="") as f:
+        return [{k: float(v) for k, v in row.items() if v not in ("", None)} for row in csv.DictReader(f)]
+
+
+def series(rows: list[dict[str, float]], key: str) -> tuple[list[float], list[float]]:
+    """(frames, values) of the rows that have `key`."""
+    points = [(row["frames"], row[key]) for row in rows if key in row]
+    return [p[0] for p in points], [p[1] for p in points]
+
+
+def plot_coverage(rows: list[dict[str, float]], path: Path) -> Path:
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    fig = Figure(figsize=(6.0, 4.0), layout="constrained")
+    FigureCanvasAgg(fig)
+    ax = fig.add_subplot()
+    for key, (label, fmt) in COVERAGE_KEYS.items():
+        ax.plot(*series(rows, key), fmt, label=label)
+    ax.set(xlabel="environment frames", ylabel="coverage", ylim=(0.0, 1.0), title="state coverage (pre-training)")
+    ax.legend(fontsize=8)
+    fig.savefig(path, dpi=100)
+    return path
+
+
+def plot_variance(rows: list[dict[str, float]], path: Path) -> Path:
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    fig = Figure(figsize=(10.0, 4.0), layout="constrained")
+    FigureCanvasAgg(fig)
+    for ax, (stat, label) in zip(fig.subplots(1, 2), (("std", "standard deviation"),
+                                                       ("cv", "coefficient of variation")), strict=True):
+        for scheme in SCHEMES:
+            ax.plot(*series(rows, f"variance/{scheme}_{stat}"), "o-", label=f"{scheme} candidates")
+        ax.set(xlabel="environment frames", ylabel=label, title=f"per-state {label}")
+        ax.legend(fontsize=8)
+    fig.suptitle("k-NN intrinsic reward of fixed probe states over repeated candidate sets (mean over probes)")
+    fig.savefig(path, dpi=100)
+    return path
+
+
+def summary(run_dir: Path, phase: Path, rows: list[dict[str, float]], written: list[Path]) -> str:
+    """A few lines: what ran, the last coverage and variance figures, the files written."""
+    lines = [f"protorl analysis of {run_dir}"]
+    result = phase / "result.json"
+    config = run_dir / "config.yaml"
+    if config.is_file():
+        from omegaconf import OmegaConf
+
+        cfg = OmegaConf.load(config)
+        lines.append(f"  agent {cfg.agent.get('name', 'proto')}, seed {cfg.seed}, obs {cfg.obs}, "
+                     f"coverage bins {cfg.get('coverage_bins', '?')} per coordinate")
+    if result.is_file():
+        done = json.loads(result.read_text())
+        lines.append(f"  pre-training on {done['task']}: {done['frames']} frames, complete")
+    else:
+        lines.append("  pre-training not complete (no result.json): figures up to its last analysis")
+    if not rows:
+        lines.append("  no analysis recorded yet")
+    last = rows[-1] if rows else {}
+    if "coverage/entropy" in last:
+        first = next(row for row in rows if "coverage/entropy" in row)
+        lines.append(f"  coverage at {last['frames']:.0f} frames: normalised entropy {last['coverage/entropy']:.3f} "
+                     f"(replay buffer {last['coverage/replay_entropy']:.3f}), "
+                     f"{100 * last['coverage/visited_fraction']:.1f}% of cells visited; "
+                     f"at {first['frames']:.0f} frames: {first['coverage/entropy']:.3f}")
+    elif rows:
+        lines.append("  coverage: not defined for this domain (protorl/analysis/coverage.py, COVERAGE_DIMS)")
+    variance_rows = [row for row in rows if "variance/proto_cv" in row]
+    if variance_rows:
+        row = variance_rows[-1]
+        lines.append(f"  k-NN reward at {row['frames']:.0f} frames, per probe state over repeated candidate sets:")
+        for scheme in SCHEMES:
+            mean, std, cv = (row[f"variance/{scheme}_{stat}"] for stat in ("mean", "std", "cv"))
+            lines.append(f"    {scheme:<7} mean {mean:.4g}  std {std:.4g}  cv {cv:.4f}")
+        mean_cv = {s: sum(r[f"variance/{s}_cv"] for r in variance_rows) / len(variance_rows) for s in SCHEMES}
+        ratio = mean_cv["uniform"] / mean_cv["proto"] if mean_cv["proto"] > 0 else math.inf
+        lines.append(f"    mean cv over {len(variance_rows)} analyses: proto {mean_cv['proto']:.4f}, "
+                     f"uniform {mean_cv['uniform']:.4f} (uniform / proto = {ratio:.2f})")
+    elif rows:
+        lines.append("  reward variance: not measured (the agent has no prototypes)")
+    animation = phase / "maps" / "maps.gif"
+    if animation.is_file():
+        written.append(animation)
+    lines.append("  files: " + ", ".join(str(p) for p in written))
+    return "\n".join(lines)
+
+
+def analyze_run(run_dir: Path) -> str:
+    """Write the plots and `analysis.txt` into `run_dir/analysis/`; returns the summary text."""
+    phase = phase_dir(run_dir)
+    rows = read_rows(phase / "analysis.csv")
+    out = run_dir / "analysis"
+    out.mkdir(exist_ok=True)
+    written = []
+    if any("coverage/entropy" in row for row in rows):
+        written.append(plot_coverage(rows, out / "coverage.png"))
+    if any("variance/proto_cv" in row for row in rows):
+        written.append(plot_variance(rows, out / "variance.png"))
+    maps = map_paths(phase / "maps", up_to_frames=math.inf)
+    if maps:
+        written.append(Path(shutil.copyfile(maps[-1], out / "map.png")))
+    text = summary(run_dir, phase, rows, written)
+    (out / "analysis.txt").write_text(text + "\n")
+    return text

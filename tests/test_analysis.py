@@ -1,0 +1,271 @@
+"""The pre-training analyses (protorl/analysis/): coverage math against hand computations, the maze's walls,
+the reward-variance statistics and their isolation from training's RNGs, exact resume with analyses on,
+and a real maze run through `protorl-pretrain` and `protorl-analyze`."""
+
+from __future__ import annotations
+
+import copy
+import math
+import shutil
+
+import imageio.v3 as iio
+import numpy as np
+import pytest
+import torch
+
+from protorl.analysis.coverage import (
+    CoverageSpec,
+    bin_indices,
+    coverage_entropy,
+    coverage_spec,
+    histogram,
+    visited_fraction,
+)
+from protorl.analysis.maps import closest_samples, wall_rectangles
+from protorl.analysis.monitor import AnalysisMonitor
+from protorl.analysis.report import NotARunError, analyze_run
+from protorl.analysis.variance import proto_candidates, reward_variance, spread
+from protorl.cli import analyze
+from protorl.config import AgentConfig, Config, ConfigError, validate
+from protorl.envs import DMCEnv
+from protorl.logger import Logger
+from protorl.replay import ReplayBuffer
+from protorl.training import Trainer
+from tests.conftest import TINY_AGENT
+from tests.test_cli import TINY, assert_ok, protorl, read_csv
+
+UNIT_SQUARE_2X2 = CoverageSpec(("x", "y"), np.array([0, 1]), np.zeros(2), np.ones(2), np.zeros(2, dtype=bool), 2)
+
+
+# -- coverage math -----------------------------------------------------------------------------------------
+def test_coverage_entropy_by_hand():
+    # p = (1/2, 1/4, 1/4, 0): H = -(1/2 ln 1/2 + 2 * 1/4 ln 1/4) = 1.5 ln 2; / ln 4 = 0.75
+    assert coverage_entropy(np.array([2, 1, 1, 0])) == pytest.approx(0.75, abs=1e-12)
+    # p = (3/4, 1/4) over 3 cells: H = -(3/4 ln 3/4 + 1/4 ln 1/4) = 0.562335; / ln 3 = 0.511860
+    assert coverage_entropy(np.array([3, 0, 1])) == pytest.approx(0.5118595, abs=1e-6)
+    assert coverage_entropy(np.full((20, 20), 7)) == pytest.approx(1.0, abs=1e-12)  # uniform visits
+    assert coverage_entropy(np.eye(1, 400, 123).reshape(20, 20) * 50) == 0.0  # one cell
+    assert coverage_entropy(np.zeros(4)) == 0.0  # no visits yet
+    assert visited_fraction(np.array([2, 1, 1, 0])) == 0.75
+
+
+def test_coverage_of_a_small_synthetic_buffer_by_hand():
+    """Four states on a 2 x 2 grid of the unit square, written to a ring that then wraps."""
+    replay = ReplayBuffer((1,), np.dtype(np.float32), (1,), capacity=4, frame_stack=1, physical_state_shape=(3,))
+    # (x, y, unused): cells (0, 0), (0, 0), (1, 0), (1, 1); 1.7 is beyond the range: the edge bin
+    states = [(0.1, 0.1, 9.0), (0.2, 0.4, 9.0), (0.9, 0.3, 9.0), (0.6, 1.7, 9.0)]
+    replay.add_first(np.zeros(1), np.array(states[0]))
+    for state in states[1:]:
+        replay.add(np.zeros(1), np.zeros(1), 0.0, 1.0, np.array(state))
+    counts = histogram(replay.stored_physical_states(), UNIT_SQUARE_2X2)
+    assert counts.tolist() == [2, 0, 1, 1]  # flat index x * 2 + y
+    assert coverage_entropy(counts) == pytest.approx(0.75)  # as above
+    assert visited_fraction(counts) == 0.75
+    replay.add(np.zeros(1), np.zeros(1), 0.0, 1.0, np.array([0.7, 0.1, 9.0]))  # overwrites the first slot
+    counts = histogram(replay.stored_physical_states(), UNIT_SQUARE_2X2)
+    assert counts.tolist() == [1, 0, 2, 1]
+    # p = (1/4, 1/2, 1/4): the same entropy, deterministic given the buffer's contents
+    assert coverage_entropy(counts) == pytest.approx(0.75)
+
+
+def test_angles_wrap_and_ranges_clip():
+    spec = CoverageSpec(("angle",), np.array([0]), np.array([-math.pi]), np.array([math.pi]), np.array([True]), 4)
+    angles = np.array([[0.1], [1.5 * math.pi], [-0.1], [7.0], [-math.pi]])  # 1.5 pi = -pi/2; 7 = 0.717
+    assert bin_indices(angles, spec).tolist() == [2, 1, 1, 2, 0]
+    clipped = np.array([[-5.0, 0.5], [0.5, 5.0]])
+    assert bin_indices(clipped, UNIT_SQUARE_2X2).tolist() == [0 * 2 + 1, 1 * 2 + 1]
+
+
+def test_maze_coverage_and_walls_come_from_the_model():
+    env = DMCEnv("point_mass_maze_explore", obs="states", seed=0)
+    spec = coverage_spec(env.domain, env.physics, bins=20)
+    assert spec.labels == ("x", "y") and spec.shape == (20, 20)
+    np.testing.assert_allclose(spec.low, [-0.29, -0.29])  # the slide joints' range
+    np.testing.assert_allclose(spec.high, [0.29, 0.29])
+    time_step = env.reset()
+    np.testing.assert_array_equal(time_step.physical_state[spec.columns], env.physics.named.data.qpos[["root_x",
+                                                                                                       "root_y"]])
+    walls = sorted(wall_rectangles(env.physics))  # appendix E: left, right and top walls
+    np.testing.assert_allclose(walls, [(-0.12, -0.1, -0.08, 0.1), (-0.12, 0.1, 0.12, 0.14), (0.08, -0.1, 0.12, 0.1)],
+                               atol=1e-9)
+    assert wall_rectangles(DMCEnv("point_mass_easy", obs="states", seed=0).physics) == []
+    assert coverage_spec("humanoid", env.physics, bins=20) is None  # no coordinates defined: no coverage
+
+
+def test_replay_keeps_physical_states_through_a_checkpoint():
+    replay = ReplayBuffer((2,), np.dtype(np.float32), (1,), capacity=3, frame_stack=1, physical_state_shape=(2,))
+    with pytest.raises(ValueError, match="physical state"):
+        replay.add_first(np.zeros(2))
+    for i in range(5):
+        (replay.add_first if i == 0 else lambda f, s: replay.add(f, np.zeros(1), 0.0, 1.0, s))(
+            np.zeros(2), np.array([i, -i], dtype=np.float64))
+    assert replay.stored_physical_states()[:, 0].tolist() == [3, 4, 2]  # slot order after the ring wrapped
+    restored = ReplayBuffer((2,), np.dtype(np.float32), (1,), capacity=3, frame_stack=1, physical_state_shape=(2,))
+    restored.load_state_dict(replay.state_dict())
+    np.testing.assert_array_equal(restored.stored_physical_states(), replay.stored_physical_states())
+    with pytest.raises(RuntimeError, match="no physical states"):
+        ReplayBuffer((2,), np.dtype(np.float32), (1,), 3, 1).stored_physical_states()
+
+
+# -- maps and reward variance --------------------------------------------------------------------------------
+def test_each_prototype_is_placed_at_its_closest_sample():
+    z = torch.tensor([[1.0, 0.0], [0.0, 1.0], [-1.0, 0.0]])
+    prototypes = torch.tensor([[0.6, 0.8], [-0.8, -0.6], [0.8, -0.6]])
+    assert closest_samples(z, prototypes).tolist() == [1, 2, 0]
+
+
+def test_spread_by_hand():
+    rewards = np.array([[1.0, 2.0, 0.0], [3.0, 2.0, 0.0]])  # 2 repeats of 3 probes
+    # probe means (2, 2, 0), population stds (1, 0, 0), cvs (0.5, 0, 0 for the all-zero probe)
+    assert spread(rewards) == pytest.approx((4 / 3, 1 / 3, 0.5 / 3))
+
+
+def test_reward_variance_leaves_training_state_alone(make_agent, replay):
+    agent = make_agent()
+    agent.queue.enqueue(torch.randn(5, agent.cfg.proj_dim))
+    queue, replay_rng = copy.deepcopy(agent.queue.state_dict()), copy.deepcopy(replay._rng.bit_generator.state)
+    torch_rng, numpy_rng = torch.get_rng_state(), np.random.get_state()[1].copy()
+    probes = replay.stack_at(replay.sample_indices(6, np.random.default_rng(0)))
+
+    def measure(seed: int) -> dict[str, float]:
+        rng, generator = np.random.default_rng(seed), torch.Generator().manual_seed(seed)
+        return reward_variance(agent, replay, probes, 4, rng, generator)
+
+    first = measure(1)
+    assert first == measure(1) and first != measure(2)  # reproducible from its own generators
+    assert set(first) == {f"variance/{s}_{stat}" for s in ("proto", "uniform") for stat in ("mean", "std", "cv")}
+    assert all(math.isfinite(v) and v >= 0 for v in first.values())
+    assert first["variance/proto_mean"] > 0 and first["variance/uniform_mean"] > 0
+    candidates = proto_candidates(agent, replay, np.random.default_rng(0), torch.Generator().manual_seed(0))
+    assert candidates.shape == (agent.queue.capacity, agent.cfg.proj_dim)  # the agent's M x T
+    torch.testing.assert_close(candidates.norm(dim=1), torch.ones(len(candidates)))
+    # nothing of the agent's or the replay's state moved
+    assert torch.equal(agent.queue.items, queue["items"]) and agent.queue.pointer == queue["pointer"]
+    assert replay._rng.bit_generator.state == replay_rng
+    assert torch.equal(torch.get_rng_state(), torch_rng) and (np.random.get_state()[1] == numpy_rng).all()
+
+
+def test_agents_without_prototypes_get_coverage_and_a_map(tmp_path):
+    """A monitor over an agent with no head: coverage and the visitation map, no reward variance."""
+    env = DMCEnv("point_mass_maze_explore", obs="states", seed=0)
+    cfg = Config(env=env.task, obs="states", analysis_every_frames=100, run_dir=str(tmp_path))
+    replay = ReplayBuffer(env.frame_shape, env.frame_dtype, env.action_shape, 100, 1,
+                          physical_state_shape=env.physical_state_shape)
+    monitor = AnalysisMonitor(cfg, env, object(), replay, Logger(tmp_path, tensorboard=False), tmp_path)
+    time_step = env.reset()
+    replay.add_first(time_step.frame, time_step.physical_state)
+    monitor.record(time_step.physical_state)
+    for _ in range(60):
+        time_step = env.step(np.ones(2))
+        replay.add(time_step.frame, np.ones(2), 0.0, 1.0, time_step.physical_state)
+        monitor.record(time_step.physical_state)
+    monitor.end_episode(120)
+    row = dict(read_csv(tmp_path / "analysis.csv")[1][0])
+    assert row["frames"] == "120" and row["variance/proto_cv"] == ""
+    assert 0 < float(row["coverage/entropy"]) < 1 and 0 < float(row["coverage/visited_fraction"]) < 1
+    assert row["coverage/entropy"] == row["coverage/replay_entropy"]  # the ring has not wrapped
+    assert monitor.counts.sum() == 61 and (tmp_path / "maps" / "map_120.png").exists()
+
+
+# -- in the training loop -------------------------------------------------------------------------------------
+def tiny_config(run_dir, **overrides) -> Config:
+    """Maze from states, 125 agent steps per episode, analyses every 1000 frames (every episode end)."""
+    values = dict(env="point_mass_maze_explore", obs="states", action_repeat=8, seed_transitions=20,
+                  replay_capacity=500, pretrain_frames=3000, snapshot_at_frames=[], checkpoint_every_frames=1000,
+                  checkpoint_keep=5, eval_episodes=1, analysis_every_frames=1000, variance_probes=8,
+                  variance_repeats=3, map_samples=32, tensorboard=False, progress_bar=False, run_dir=str(run_dir),
+                  agent=AgentConfig(**TINY_AGENT))
+    return Config(**{**values, **overrides})
+
+
+def without(rows: list[dict[str, str]], *columns: str) -> list[dict[str, str]]:
+    return [{k: v for k, v in row.items() if k not in columns} for row in rows]
+
+
+def test_exact_resume_with_analyses_and_no_effect_on_training(tmp_path):
+    """A phase resumed from its 1000-frame checkpoint writes the same analyses and maps as the straight run,
+    and a run without analyses trains identically (the analyses draw from their own generators)."""
+    cfg = tiny_config(tmp_path)
+    straight = tmp_path / "straight"
+    Trainer(cfg, "pretrain", cfg.env, straight).run()
+    resumed = tmp_path / "resumed"
+    shutil.copytree(straight, resumed)
+    (resumed / "result.json").unlink()
+    trainer = Trainer(cfg, "pretrain", cfg.env, resumed)
+    trainer.load_state_dict(torch.load(resumed / "checkpoints" / "checkpoint_1000.pt", weights_only=True))
+    assert len(read_csv(resumed / "analysis.csv")[1]) == 1  # rows after the checkpoint dropped
+    trainer.run()
+
+    rows = read_csv(straight / "analysis.csv")[1]
+    assert [row["frames"] for row in rows] == ["1000", "2000", "3000"]
+    assert without(read_csv(resumed / "analysis.csv")[1], "analysis/time_s") == without(rows, "analysis/time_s")
+    for name in ("map_3000.png", "maps.gif"):
+        assert (resumed / "maps" / name).read_bytes() == (straight / "maps" / name).read_bytes()
+
+    plain = tmp_path / "plain"
+    Trainer(tiny_config(tmp_path, analysis_every_frames=None), "pretrain", cfg.env, plain).run()
+    assert not (plain / "analysis.csv").exists()
+    timing = ("fps", "total_time_s")
+    assert without(read_csv(plain / "train.csv")[1], *timing) == without(read_csv(straight / "train.csv")[1], *timing)
+
+
+def test_config_checks_analysis_values():
+    for key, value in (("analysis_every_frames", 0), ("coverage_bins", 1), ("variance_repeats", 1),
+                       ("variance_probes", 0), ("map_samples", 0)):
+        with pytest.raises(ConfigError, match=key):
+            validate(tiny_config(".", **{key: value}), "pretrain")
+
+
+# -- end to end: a pixel maze run, then protorl-analyze --------------------------------------------------------
+@pytest.fixture(scope="module")
+def maze_run(tmp_path_factory):
+    run_dir = tmp_path_factory.mktemp("analysis") / "maze"
+    overrides = [o for o in TINY if not o.startswith("tensorboard=")]
+    assert_ok(protorl("pretrain", *overrides, "tensorboard=true", "env=point_mass_maze_explore", "pretrain_frames=2000",
+                      "snapshot_at_frames=[]", "analysis_every_frames=1000", "variance_probes=16",
+                      "variance_repeats=4", "map_samples=64", run_dir=run_dir))
+    return run_dir
+
+
+def test_maze_pretraining_writes_coverage_variance_and_maps(maze_run):
+    phase = maze_run / "pretrain"
+    columns, rows = read_csv(phase / "analysis.csv")
+    assert [row["frames"] for row in rows] == ["1000", "2000"]
+    for row in rows:
+        for key in ("coverage/entropy", "coverage/visited_fraction", "coverage/replay_entropy"):
+            assert 0.0 < float(row[key]) <= 1.0, (key, row)
+        for scheme in ("proto", "uniform"):
+            assert float(row[f"variance/{scheme}_mean"]) > 0 and float(row[f"variance/{scheme}_cv"]) >= 0
+    assert float(rows[1]["coverage/visited_fraction"]) >= float(rows[0]["coverage/visited_fraction"])  # cumulative
+    maps = [iio.imread(phase / "maps" / f"map_{frames}.png") for frames in (1000, 2000)]
+    assert maps[0].ndim == 3 and maps[0].shape == maps[1].shape and maps[0].std() > 0
+    assert iio.imread(phase / "maps" / "maps.gif", index=None).shape[0] == 2
+
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    events = EventAccumulator(str(phase / "tb"))
+    events.Reload()
+    assert {"coverage/entropy", "coverage/visited_fraction", "variance/proto_cv"} <= set(events.Tags()["scalars"])
+    assert [e.step for e in events.Images("maps/visitation")] == [1000, 2000]
+
+
+def test_analyze_command_writes_plots_and_summary(maze_run, capsys):
+    analyze([str(maze_run)])
+    printed = capsys.readouterr().out
+    out = maze_run / "analysis"
+    assert printed.strip() == (out / "analysis.txt").read_text().strip()
+    assert "pre-training on point_mass_maze_explore: 2000 frames, complete" in printed
+    assert "coverage at 2000 frames: normalised entropy" in printed and "uniform / proto" in printed
+    for name in ("coverage.png", "variance.png", "map.png"):
+        assert iio.imread(out / name).ndim == 3
+    assert analyze_run(maze_run / "pretrain").startswith("protorl analysis")  # a phase directory works too
+
+
+def test_analyze_refuses_a_directory_that_is_not_a_run(tmp_path, capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        analyze([str(tmp_path)])
+    assert exit_info.value.code == 2
+    assert "protorl: error:" in capsys.readouterr().err and "not a protorl run directory" in str(
+        pytest.raises(NotARunError, analyze_run, tmp_path).value)
+    with pytest.raises(NotARunError, match="not a directory"):
+        analyze_run(tmp_path / "missing")
