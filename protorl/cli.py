@@ -1,7 +1,7 @@
 """Command-line entry points (Hydra): protorl-pretrain, protorl-finetune, protorl-train, protorl-tasks;
 protorl-analyze (argparse).
 
-    protorl-train                                   # small CPU preset on point_mass_easy, both phases
+    protorl-train                                   # small CPU preset on cartpole_balance, both phases
     protorl-train preset=paper env=walker_run       # the paper's 500k + 500k frames
     protorl-pretrain env=walker_walk seed=3
     protorl-finetune env=walker_run snapshot=runs/.../pretrain/snapshots/snapshot_500000.pt
@@ -19,7 +19,7 @@ from hydra.experimental.callback import Callback
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
-from protorl.config import Config, ConfigError, validate
+from protorl.config import Config, ConfigError, downstream_dir_name, downstream_tasks, validate
 
 log = logging.getLogger("protorl")
 ConfigStore.instance().store(name="protorl_schema", node=Config)
@@ -35,8 +35,9 @@ def checked_config(cfg: DictConfig, command: str) -> tuple[Config, dict | None]:
         config: Config = OmegaConf.to_object(cfg)
         validate(config, command)
         if command == "finetune" and config.snapshot:  # refuse a missing or mismatched snapshot before any work
-            pretrained = load_snapshot(config.snapshot, env_spec=make_env(config.env, config, seed=0).spec(),
-                                       agent_config=config.agent)
+            for task in downstream_tasks(config):
+                pretrained = load_snapshot(config.snapshot, env_spec=make_env(task, config, seed=0).spec(),
+                                           agent_config=config.agent)
     except (ConfigError, SnapshotError, ValueError, OmegaConfBaseException) as error:
         _exit_with(error)
     return config, pretrained
@@ -58,6 +59,7 @@ def run(cfg: DictConfig, command: str) -> None:
     from protorl.checkpoint import CheckpointError
     from protorl.report import plot_curves, summary
     from protorl.snapshot import SnapshotError, load_snapshot
+    from protorl.tracking import finish_run, start_run
     from protorl.training import TrainingDiverged, prepare_process
 
     config, pretrained = checked_config(cfg, command)
@@ -66,6 +68,7 @@ def run(cfg: DictConfig, command: str) -> None:
     OmegaConf.save(OmegaConf.structured(config), run_dir / "config.yaml")
     device = prepare_process(config)
     log.info("run directory %s, device %s", run_dir, device)
+    wandb_run = start_run(config, run_dir)
 
     results = []
     pretrains = AGENTS[config.agent.name].pretrains and config.pretrain_frames > 0
@@ -79,11 +82,15 @@ def run(cfg: DictConfig, command: str) -> None:
         if command == "train" and pretrains:  # fine-tune from the file just written, as protorl-finetune would
             pretrained = load_snapshot(results[-1].snapshots[-1])
         if command in ("finetune", "train"):
-            results.append(run_phase(config, "finetune", config.env, run_dir / "finetune", pretrained))
+            for task in downstream_tasks(config):  # one snapshot, each downstream task from scratch
+                results.append(run_phase(config, "finetune", task, run_dir / downstream_dir_name(config, task),
+                                         pretrained))
     except (SnapshotError, CheckpointError) as error:
         _exit_with(error)
     except TrainingDiverged as error:
         _exit_with(error, status=3)
+    finally:
+        finish_run(wandb_run)
     plot = plot_curves(results, run_dir / "curves.png")
     print(summary(results, plot), flush=True)
 
@@ -147,4 +154,28 @@ def analyze(argv: list[str] | None = None) -> None:
     try:
         print(analyze_run(args.run_dir), flush=True)
     except NotARunError as error:
+        _exit_with(error)
+
+
+def aggregate(argv: list[str] | None = None) -> None:
+    """protorl-aggregate PATH [PATH ...]: learning curves, final-score tables and rliable statistics (IQM,
+    mean, median, optimality gap, performance profiles) over the downstream phases of runs and sweeps."""
+    import argparse
+
+    from protorl.analysis.aggregate import AggregateError, aggregate_runs
+
+    parser = argparse.ArgumentParser(prog="protorl-aggregate", description=aggregate.__doc__)
+    parser.add_argument("paths", nargs="+", type=Path, metavar="PATH",
+                        help="run directories (holding config.yaml) or sweep directories holding them")
+    parser.add_argument("--out", type=Path, default=Path("aggregate"), help="output directory (default: aggregate)")
+    parser.add_argument("--group-by", nargs="+", default=["agent.name"], metavar="KEY",
+                        help="dotted config keys whose values label a method (default: agent.name)")
+    parser.add_argument("--reps", type=int, default=2000, help="bootstrap replications (default: 2000)")
+    parser.add_argument("--seed", type=int, default=0, help="numpy seed of the bootstrap (default: 0)")
+    args = parser.parse_args(argv)
+    if args.reps < 1:
+        parser.error("--reps must be at least 1")
+    try:
+        print(aggregate_runs(args.paths, args.out, args.group_by, args.reps, args.seed), flush=True)
+    except AggregateError as error:
         _exit_with(error)

@@ -64,6 +64,9 @@ class Config:
     env: str = "point_mass_easy"  # task the agent is evaluated and fine-tuned on (`domain_task`)
     pretrain_env: str | None = None  # task-agnostic phase task; None: same as `env` (its reward is hidden)
     snapshot: str | None = None  # finetune: path of the pre-training snapshot to start from
+    # downstream tasks of one pre-training (protorl-train, protorl-finetune), each in its own
+    # `finetune_<task>/` directory; empty: `env` alone, in `finetune/`
+    finetune_envs: list[str] = field(default_factory=list)
     seed: int = 1
     device: str = "auto"  # auto: CUDA when available, else CPU
     # how the task is observed (appendix C.1)
@@ -89,6 +92,10 @@ class Config:
     save_video: bool = False
     video_size: int = 256
     tensorboard: bool = True
+    wandb: bool = False  # also log to Weights & Biases (needs `pip install -e ".[wandb]"`)
+    wandb_project: str = "protorl"
+    wandb_entity: str | None = None  # None: your default W&B entity
+    wandb_group: str | None = None  # e.g. one group per sweep
     progress_bar: bool = True
     threads: int | None = None  # torch intra-op threads; None leaves torch's default (one per core)
     fast_malloc: bool = True  # keep large tensors off glibc's mmap path (see protorl.utils.tune_malloc)
@@ -121,7 +128,7 @@ def validate(cfg: Config, command: str) -> None:
     `command`: "pretrain", "finetune" or "train" (both phases).
     """
     from protorl.agents import AGENTS  # imported here: the agents import this module
-    from protorl.envs import check_task  # imported here: listing tasks imports dm_control
+    from protorl.envs import check_task, split_task  # imported here: listing tasks imports dm_control
 
     def fail(key: str, value, expected: str) -> None:
         raise ConfigError(f"invalid config value {key}={value!r}: expected {expected}")
@@ -186,6 +193,11 @@ def validate(cfg: Config, command: str) -> None:
     for key in ("variance_probes", "map_samples"):
         if getattr(cfg, key) <= 0:
             fail(key, getattr(cfg, key), "a positive integer")
+    if cfg.wandb:
+        from protorl.tracking import wandb_available
+
+        if not wandb_available():
+            fail("wandb", True, "false, or install the wandb package first: pip install -e \".[wandb]\"")
     if cfg.threads is not None and cfg.threads <= 0:
         fail("threads", cfg.threads, "a positive integer or null")
     if any(f <= 0 for f in cfg.snapshot_at_frames):
@@ -209,6 +221,26 @@ def validate(cfg: Config, command: str) -> None:
     check_task(cfg.env)
     if cfg.pretrain_env is not None:
         check_task(cfg.pretrain_env)
+    for task in cfg.finetune_envs:
+        check_task(task)
+    if len(set(cfg.finetune_envs)) != len(cfg.finetune_envs):
+        fail("finetune_envs", list(cfg.finetune_envs), "a list of distinct task names")
+    if command == "train" and agent.pretrains and cfg.pretrain_frames > 0:
+        pretrain_domain = split_task(cfg.pretrain_env or cfg.env)[0]
+        other = [task for task in downstream_tasks(cfg) if split_task(task)[0] != pretrain_domain]
+        if other:
+            raise ConfigError(f"downstream task(s) {', '.join(other)} are not of the pre-training task's domain "
+                              f"{pretrain_domain!r}: a snapshot serves the tasks of its own domain only")
     if command == "finetune" and not cfg.snapshot and agent.pretrains:
         raise ConfigError("finetune needs a pre-training snapshot: add snapshot=/path/to/snapshot.pt "
                           "(or run protorl-train pretrain_frames=0 to learn without pre-training)")
+
+
+def downstream_tasks(cfg: Config) -> list[str]:
+    """The tasks fine-tuned after one pre-training: `finetune_envs`, or `env` alone."""
+    return list(cfg.finetune_envs) or [cfg.env]
+
+
+def downstream_dir_name(cfg: Config, task: str) -> str:
+    """`finetune` for a single downstream task (`env`), else `finetune_<task>`."""
+    return f"finetune_{task}" if cfg.finetune_envs else "finetune"

@@ -47,7 +47,8 @@ class CSVFile:
 class Logger:
     """Averages update metrics between episode ends; writes one train row per episode, one per eval."""
 
-    def __init__(self, log_dir: Path, tensorboard: bool = True):
+    def __init__(self, log_dir: Path, tensorboard: bool = True, tracker=None):
+        """`tracker`: a `protorl.tracking.PhaseTracker` that also receives every scalar and image."""
         log_dir.mkdir(parents=True, exist_ok=True)
         self.log_dir = log_dir
         self.train_csv = CSVFile(log_dir / "train.csv", TRAIN_COLUMNS)
@@ -55,6 +56,7 @@ class Logger:
         self._sums: dict[str, float] = defaultdict(float)
         self._counts: dict[str, int] = defaultdict(int)
         self._tb = None
+        self._tracker = tracker
         self._tensorboard = tensorboard
         self._open_tensorboard(purge_step=None)
 
@@ -93,31 +95,36 @@ class Logger:
         self._sums.clear()
         self._counts.clear()
         self.train_csv.write(row)
-        self._to_tensorboard("train", row)
+        self._publish("train", row)
         return row
 
     def log_eval(self, row: dict) -> None:
         self.eval_csv.write(row)
-        self._to_tensorboard("eval", row)
+        self._publish("eval", row)
 
     def log_scalars(self, row: dict) -> None:
-        """TensorBoard only: each value of `row` under its own key as tag (e.g. `coverage/entropy`), at
-        `row["frames"]`; for analyses that keep their own CSV."""
-        self._to_tensorboard("", row)
+        """TensorBoard (and W&B) only: each value of `row` under its own key as tag (e.g.
+        `coverage/entropy`), at `row["frames"]`; for analyses that keep their own CSV."""
+        self._publish("", row)
 
     def log_image(self, tag: str, image: np.ndarray, frames: int) -> None:
-        """TensorBoard only: an RGB (H, W, 3) uint8 image at `frames`."""
+        """TensorBoard (and W&B) only: an RGB (H, W, 3) uint8 image at `frames`."""
         if self._tb is not None:
             self._tb.add_image(tag, image, global_step=frames, dataformats="HWC")
             self._tb.flush()
+        if self._tracker is not None:
+            self._tracker.log_image(tag, image, frames)
 
-    def _to_tensorboard(self, prefix: str, row: dict) -> None:
-        if self._tb is None:
-            return
-        for key, value in row.items():
-            if key != "frames" and isinstance(value, (int, float)) and math.isfinite(value):
-                self._tb.add_scalar(f"{prefix}/{key}" if prefix else key, value, global_step=row["frames"])
-        self._tb.flush()
+    def _publish(self, prefix: str, row: dict) -> None:
+        """The finite numbers of `row` to TensorBoard and the tracker, tagged `prefix/key`."""
+        scalars = {f"{prefix}/{key}" if prefix else key: value for key, value in row.items()
+                   if key != "frames" and isinstance(value, (int, float)) and math.isfinite(value)}
+        if self._tb is not None:
+            for tag, value in scalars.items():
+                self._tb.add_scalar(tag, value, global_step=row["frames"])
+            self._tb.flush()
+        if self._tracker is not None:
+            self._tracker.log(scalars, row["frames"])
 
     def close(self) -> None:
         self.train_csv.close()

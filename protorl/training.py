@@ -26,6 +26,7 @@ from protorl.envs import make_env
 from protorl.logger import Logger
 from protorl.replay import ReplayBuffer
 from protorl.snapshot import check_architecture, check_spec, save_snapshot
+from protorl.tracking import phase_tracker
 from protorl.utils import resolve_device, set_seed
 
 
@@ -84,7 +85,7 @@ class Trainer:
         self.replay = ReplayBuffer(self.env.frame_shape, self.env.frame_dtype, self.env.action_shape,
                                    cfg.replay_capacity, self.env.frame_stack, seed=cfg.seed,
                                    physical_state_shape=self.env.physical_state_shape)
-        self.logger = Logger(out_dir, tensorboard=cfg.tensorboard)
+        self.logger = Logger(out_dir, tensorboard=cfg.tensorboard, tracker=phase_tracker(cfg, out_dir.name))
         self.monitor = None  # pre-training analyses: coverage, maps, reward variance (protorl/analysis/)
         if phase == "pretrain" and cfg.analysis_every_frames is not None:
             self.monitor = AnalysisMonitor(cfg, self.env, self.agent, self.replay, self.logger, out_dir)

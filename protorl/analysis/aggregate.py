@@ -1,0 +1,337 @@
+"""`protorl-aggregate PATH [PATH ...]`: learning curves, final-score tables and rliable statistics over runs.
+
+Each downstream phase (`finetune/` or `finetune_<task>/`) of each run directory found under the paths is one
+record: complete (evaluations and `result.json`), running or stopped (evaluations, no `result.json`) or with
+no evaluation yet. Only complete records enter the curves, the tables and the statistics: partial curves are
+left out, and every (method, task, seed) of the grid without a complete record is listed in `summary.txt`.
+Writes into the output directory: `curves.png/.pdf`, `scores.csv/.md`, `aggregate.csv`, `aggregate.png/.pdf`,
+`profiles.png/.pdf` and `summary.txt`.
+"""
+
+from __future__ import annotations
+
+import csv
+import itertools
+import math
+import os
+from collections import defaultdict
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import numpy as np
+from omegaconf import DictConfig, OmegaConf
+
+if TYPE_CHECKING:
+    from matplotlib.figure import Figure
+
+try:
+    from rliable import library, metrics
+except ImportError as error:  # an optional dependency
+    raise ImportError("protorl-aggregate needs rliable: pip install 'protorl[sweep]'") from error
+
+# DMC rewards lie in [0, 1] per step over 1000-step episodes, so returns lie in [0, 1000]: dividing by this
+# maps scores to [0, 1] for rliable's aggregates and performance profiles.
+DMC_MAX_RETURN = 1000.0
+METRICS = {"IQM": metrics.aggregate_iqm, "Mean": metrics.aggregate_mean, "Median": metrics.aggregate_median,
+           "Optimality Gap": metrics.aggregate_optimality_gap}
+COMPLETE, RUNNING, NOT_EVALUATED = "complete", "running or stopped", "no evaluation yet"
+DRQ = "drq"
+
+
+class AggregateError(ValueError):
+    """A path that does not exist or holds no run, or a run whose config lacks a `--group-by` key."""
+
+
+@dataclass
+class Record:
+    """One downstream phase of one run: its evaluation curve and whether it finished."""
+
+    method: str
+    agent: str
+    task: str
+    seed: int
+    frames: np.ndarray  # (evals,) environment frames, increasing
+    returns: np.ndarray  # (evals,) mean eval episode return at those frames
+    status: str
+    path: Path
+
+    @property
+    def final(self) -> float:
+        """Mean return of the last evaluation."""
+        return float(self.returns[-1])
+
+
+def discover_runs(paths: list[Path]) -> list[Path]:
+    """The run directories (holding `config.yaml`) at or below `paths`, without looking inside a run."""
+    runs = []
+    for path in paths:
+        if not path.is_dir():
+            raise AggregateError(f"{path} does not exist" if not path.exists() else f"{path} is not a directory")
+        found = []
+        for root, dirs, files in os.walk(path):
+            if "config.yaml" in files:
+                found.append(Path(root))
+                dirs.clear()
+            dirs[:] = sorted(d for d in dirs if d != ".hydra")  # Hydra's own copy of the unresolved config
+        if not found:
+            raise AggregateError(f"{path} holds no protorl run (no directory with a config.yaml below it)")
+        runs.extend(found)
+    return sorted(set(runs))
+
+
+def method_label(cfg: DictConfig, group_by: list[str], run_dir: Path) -> str:
+    """The agent name for `--group-by agent.name`, otherwise `key=value` parts joined by spaces."""
+    absent = object()
+    values = [OmegaConf.select(cfg, key, default=absent) for key in group_by]
+    for key, value in zip(group_by, values, strict=True):
+        if value is absent:
+            raise AggregateError(f"{run_dir}/config.yaml has no key {key} (from --group-by)")
+    if group_by == ["agent.name"]:
+        return str(values[0])
+    return " ".join(f"{key}={value}" for key, value in zip(group_by, values, strict=True))
+
+
+def read_curve(eval_csv: Path) -> tuple[np.ndarray, np.ndarray]:
+    """(frames, episode_reward) of `eval.csv` sorted by frames; rows with a missing value are skipped."""
+    points = []
+    if eval_csv.is_file():
+        with open(eval_csv, newline="") as f:
+            points = [(float(row["frames"]), float(row["episode_reward"])) for row in csv.DictReader(f)
+                      if row.get("frames") and row.get("episode_reward")]
+    points.sort()
+    return np.array([p[0] for p in points]), np.array([p[1] for p in points])
+
+
+def read_records(run_dir: Path, group_by: list[str]) -> list[Record]:
+    """One record per downstream phase directory of the run."""
+    cfg = OmegaConf.load(run_dir / "config.yaml")
+    method = method_label(cfg, group_by, run_dir)
+    records = []
+    for phase in sorted(run_dir.glob("finetune*")):
+        if not phase.is_dir() or not (phase.name == "finetune" or phase.name.startswith("finetune_")):
+            continue
+        task = cfg.env if phase.name == "finetune" else phase.name.removeprefix("finetune_")
+        frames, returns = read_curve(phase / "eval.csv")
+        status = NOT_EVALUATED if not len(frames) else COMPLETE if (phase / "result.json").is_file() else RUNNING
+        records.append(Record(method, str(cfg.agent.name), task, int(cfg.seed), frames, returns, status, phase))
+    return records
+
+
+def deduplicate(records: list[Record]) -> tuple[list[Record], list[Record]]:
+    """One record per (method, task, seed), preferring complete ones, then the longest curve; and the rest."""
+    groups = defaultdict(list)
+    for record in records:
+        groups[record.method, record.task, record.seed].append(record)
+    kept, dropped = [], []
+    for group in groups.values():
+        group.sort(key=lambda r: (r.status != COMPLETE, -len(r.frames), str(r.path)))
+        kept.append(group[0])
+        dropped.extend(group[1:])
+    return sorted(kept, key=lambda r: (r.task, r.method, r.seed)), dropped
+
+
+def not_complete(records: list[Record]) -> list[str]:
+    """Every (method, task, seed) of the grid seen among the records without a complete record, and why."""
+    by_key = {(r.method, r.task, r.seed): r for r in records}
+    lines = []
+    for key in itertools.product(*(sorted({k[i] for k in by_key}) for i in range(3))):
+        record = by_key.get(key)
+        if record is None:
+            lines.append(f"{key[0]}  {key[1]}  seed {key[2]}: never ran")
+        elif record.status == RUNNING:
+            lines.append(f"{key[0]}  {key[1]}  seed {key[2]}: {RUNNING}, last evaluation at "
+                         f"{record.frames[-1]:.0f} frames ({record.path})")
+        elif record.status == NOT_EVALUATED:
+            lines.append(f"{key[0]}  {key[1]}  seed {key[2]}: {NOT_EVALUATED} ({record.path})")
+    return lines
+
+
+def score_table(complete: list[Record]) -> list[dict]:
+    """Per (task, method): mean and population std (ddof=0) of the final scores over seeds."""
+    groups = defaultdict(list)
+    for record in complete:
+        groups[record.task, record.method].append(record.final)
+    return [{"task": task, "method": method, "mean": float(np.mean(scores)), "std": float(np.std(scores)),
+             "n_seeds": len(scores)} for (task, method), scores in sorted(groups.items())]
+
+
+def write_scores(rows: list[dict], out: Path) -> list[Path]:
+    """`scores.csv` (tidy) and `scores.md` (one row per task, one column per method)."""
+    with open(out / "scores.csv", "w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=["task", "method", "mean", "std", "n_seeds"])
+        writer.writeheader()
+        writer.writerows(rows)
+    (out / "scores.md").write_text(markdown_table(rows) + "\n")
+    return [out / "scores.csv", out / "scores.md"]
+
+
+def markdown_table(rows: list[dict]) -> str:
+    """One row per task, one column per method, cells `mean ± std (n seeds)`."""
+    methods = sorted({row["method"] for row in rows})
+    cells = {(row["task"], row["method"]): f"{row['mean']:.1f} ± {row['std']:.1f} ({row['n_seeds']} seeds)"
+             for row in rows}
+    lines = ["Final evaluation return: mean ± population std (ddof=0) over seeds.", "",
+             "| task | " + " | ".join(methods) + " |", "|---" * (len(methods) + 1) + "|"]
+    for task in sorted({row["task"] for row in rows}):
+        lines.append(f"| {task} | " + " | ".join(cells.get((task, m), "–") for m in methods) + " |")
+    return "\n".join(lines)
+
+
+def score_matrices(complete: list[Record]) -> tuple[dict[str, np.ndarray], list[str]]:
+    """Per method, normalised final scores (seeds, tasks) over its tasks and the seeds complete on all of
+    them; and a line per method: the seeds and tasks used, or why it is skipped."""
+    by_method = defaultdict(dict)
+    for record in complete:
+        by_method[record.method][record.task, record.seed] = record.final / DMC_MAX_RETURN
+    matrices, lines = {}, []
+    for method, scores in sorted(by_method.items()):
+        tasks = sorted({task for task, _ in scores})
+        seeds = sorted(set.intersection(*({s for t, s in scores if t == task} for task in tasks)))
+        if not seeds:
+            lines.append(f"{method}: skipped (no seed complete on all of its tasks {', '.join(tasks)})")
+            continue
+        matrices[method] = np.array([[scores[task, seed] for task in tasks] for seed in seeds])
+        lines.append(f"{method}: seeds {', '.join(map(str, seeds))} x tasks {', '.join(tasks)}")
+    return matrices, lines
+
+
+def interval_estimates(matrices: dict[str, np.ndarray], reps: int) -> tuple[dict, dict]:
+    """rliable's point estimates (metrics,) and 95% stratified-bootstrap CIs (2, metrics) per method."""
+    return library.get_interval_estimates(
+        matrices, lambda scores: np.array([f(scores) for f in METRICS.values()]), reps=reps)
+
+
+def write_estimates(points: dict, intervals: dict, path: Path) -> Path:
+    """`aggregate.csv`: one row per (method, metric)."""
+    with open(path, "w", newline="") as f:
+        writer = csv.writer(f)
+        writer.writerow(["method", "metric", "point", "ci_low", "ci_high"])
+        for method in points:
+            for i, metric in enumerate(METRICS):
+                writer.writerow([method, metric, points[method][i], intervals[method][0, i], intervals[method][1, i]])
+    return path
+
+
+def save(fig: Figure, stem: Path) -> list[Path]:
+    """`stem.png` and `stem.pdf`."""
+    paths = [stem.with_suffix(".png"), stem.with_suffix(".pdf")]
+    for path in paths:
+        fig.savefig(path, dpi=100, bbox_inches="tight")
+    return paths
+
+
+def seed_curve(seeds: list[Record]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(frames, mean, population std) over the records' returns at the frames they all evaluated at."""
+    frames = np.array(sorted(set.intersection(*(set(r.frames) for r in seeds))))
+    curves = [dict(zip(r.frames, r.returns, strict=True)) for r in seeds]
+    returns = np.array([[curve[x] for x in frames] for curve in curves])  # (seeds, frames)
+    return frames, returns.mean(axis=0), returns.std(axis=0)
+
+
+def plot_curves(complete: list[Record], colors: dict[str, str], stem: Path) -> list[Path]:
+    """One panel per task: mean ± std over seeds on their shared frames per method; DrQ's final mean as a
+    dashed line."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    tasks = sorted({r.task for r in complete})
+    cols = min(3, len(tasks))
+    fig = Figure(figsize=(4.5 * cols, 3.5 * math.ceil(len(tasks) / cols)), layout="constrained")
+    FigureCanvasAgg(fig)
+    axes = list(fig.subplots(math.ceil(len(tasks) / cols), cols, squeeze=False).flat)
+    for task, ax in zip(tasks, axes, strict=False):
+        on_task = [r for r in complete if r.task == task]
+        for method in sorted({r.method for r in on_task if r.agent != DRQ}):
+            seeds = [r for r in on_task if r.method == method]
+            frames, mean, std = seed_curve(seeds)
+            ax.plot(frames, mean, color=colors[method], label=f"{method} ({len(seeds)} seeds)")
+            ax.fill_between(frames, mean - std, mean + std, color=colors[method], alpha=0.2)
+        drq = [r.final for r in on_task if r.agent == DRQ]
+        if drq:
+            ax.axhline(np.mean(drq), color="k", linestyle="--", label="DrQ")
+        ax.set(title=task, xlabel="environment frames", ylabel="eval episode return")
+        ax.legend(fontsize=7, loc="lower right")
+    for ax in axes[len(tasks):]:  # the unused panels of the last row
+        ax.set_visible(False)
+    return save(fig, stem)
+
+
+def _plot_utils():
+    """rliable's plot_utils, which draw through pyplot: on the Agg backend, chosen before pyplot is imported."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    from rliable import plot_utils
+
+    return plot_utils
+
+
+def plot_estimates(points: dict, intervals: dict, colors: dict[str, str], stem: Path) -> list[Path]:
+    """rliable's interval plot: per metric, each method's point estimate and 95% CI."""
+    plot_utils = _plot_utils()
+    from matplotlib import pyplot as plt
+
+    height = 0.5 * len(points)  # inches; rliable places the x label in figure coordinates: 0.6 in below the axes
+    fig, _ = plot_utils.plot_interval_estimates(
+        points, intervals, list(METRICS), colors=colors, row_height=0.5, subfigure_width=4.0, wspace=0.25,
+        xlabel_y_coordinate=0.11 - 0.6 / height, xlabel=f"normalised score (return / {DMC_MAX_RETURN:.0f})")
+    paths = save(fig, stem)
+    plt.close(fig)
+    return paths
+
+
+def plot_profiles(matrices: dict[str, np.ndarray], reps: int, colors: dict[str, str], stem: Path) -> list[Path]:
+    """Fraction of (seed, task) scores above each threshold in [0, 1], with 95% bootstrap CIs."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    plot_utils = _plot_utils()
+    taus = np.linspace(0.0, 1.0, 101)
+    profiles, cis = library.create_performance_profile(matrices, taus, reps=reps)
+    fig = Figure(figsize=(7.0, 4.5), layout="constrained")
+    FigureCanvasAgg(fig)
+    ax = fig.add_subplot()
+    plot_utils.plot_performance_profiles(profiles, taus, performance_profile_cis=cis, ax=ax, colors=colors,
+                                         xlabel=r"normalised score $\tau$", legend=True, legendsize="small")
+    return save(fig, stem)
+
+
+def aggregate_runs(paths: list[Path], out: Path, group_by: list[str], reps: int = 2000, seed: int = 0) -> str:
+    """Write the tables, statistics and plots of the runs under `paths` into `out`; returns the summary."""
+    runs = discover_runs(paths)
+    records, duplicates = deduplicate([r for run in runs for r in read_records(run, group_by)])
+    complete = [r for r in records if r.status == COMPLETE]
+    out.mkdir(parents=True, exist_ok=True)
+    lines = [f"protorl aggregate of {', '.join(map(str, paths))}",
+             f"  {len(runs)} runs, {len(records)} downstream records ({len(complete)} complete)",
+             f"  methods: {', '.join(sorted({r.method for r in records})) or 'none'}",
+             f"  tasks: {', '.join(sorted({r.task for r in records})) or 'none'}"]
+    lines += [f"  run without a downstream phase: {run}" for run in runs if not any(run in r.path.parents
+                                                                                      for r in records)]
+    lines += [f"  duplicate ignored: {r.path}" for r in duplicates]
+    missing = not_complete(records)
+    lines.append(f"  not complete ({len(missing)} of methods x tasks x seeds):" if missing else "  all complete")
+    lines += [f"    {line}" for line in missing]
+    written = []
+    if not complete:
+        lines.append("  no complete record: no table, statistics or plot written")
+    else:
+        rows = score_table(complete)
+        colors = {method: f"C{i}" for i, method in enumerate(sorted({r.method for r in complete}))}
+        written += write_scores(rows, out) + plot_curves(complete, colors, out / "curves")
+        lines += ["", markdown_table(rows), ""]
+        matrices, used = score_matrices(complete)
+        lines.append(f"  rliable (return / {DMC_MAX_RETURN:.0f}, {reps} bootstrap reps, numpy seed {seed}):")
+        lines += [f"    {line}" for line in used]
+        if matrices:
+            np.random.seed(seed)  # rliable's stratified bootstrap draws from numpy's global RNG
+            points, intervals = interval_estimates(matrices, reps)
+            written.append(write_estimates(points, intervals, out / "aggregate.csv"))
+            written += plot_estimates(points, intervals, colors, out / "aggregate")
+            written += plot_profiles(matrices, reps, colors, out / "profiles")
+    written.append(out / "summary.txt")
+    lines.append("  files: " + ", ".join(map(str, written)))
+    text = "\n".join(lines)
+    (out / "summary.txt").write_text(text + "\n")
+    return text

@@ -1,0 +1,62 @@
+"""The index of a Hydra multirun: one row per job's run directory, written when the sweep ends.
+
+Hydra's launchers (basic: sequential; joblib: processes on this machine; submitit: SLURM or its local
+executor) run the jobs, each in its own run directory under the sweep directory. `SweepIndex` then writes
+`index.csv` into the sweep directory: per job, its overrides, agent, task, seed and the state of each phase
+(`complete` once the phase wrote `result.json`, else `incomplete`: failed, killed or still running).
+`protorl-aggregate SWEEP_DIR` reads the run directories themselves, so it needs no index.
+"""
+
+from __future__ import annotations
+
+import csv
+import logging
+from pathlib import Path
+
+from hydra.experimental.callback import Callback
+from omegaconf import DictConfig, OmegaConf
+
+log = logging.getLogger("protorl")
+INDEX_COLUMNS = ["run_dir", "overrides", "agent", "env", "seed", "phases", "complete"]
+
+
+def phase_states(run_dir: Path) -> dict[str, str]:
+    """`{phase directory: "complete" | "incomplete"}` for `pretrain/`, `finetune/` and `finetune_<task>/`."""
+    phases = [p for p in sorted(run_dir.iterdir()) if p.is_dir() and (p.name == "pretrain" or
+                                                                        p.name.startswith("finetune"))]
+    return {p.name: "complete" if (p / "result.json").is_file() else "incomplete" for p in phases}
+
+
+def index_row(run_dir: Path, sweep_dir: Path) -> dict[str, str]:
+    """One job of a sweep: where it ran, what it overrode, and how far it got."""
+    overrides_file = run_dir / ".hydra" / "overrides.yaml"
+    overrides = OmegaConf.load(overrides_file) if overrides_file.is_file() else []
+    cfg = OmegaConf.load(run_dir / "config.yaml") if (run_dir / "config.yaml").is_file() else OmegaConf.create()
+    states = phase_states(run_dir)
+    return {"run_dir": str(run_dir.relative_to(sweep_dir)), "overrides": " ".join(overrides),
+            "agent": OmegaConf.select(cfg, "agent.name", default=""), "env": cfg.get("env", ""),
+            "seed": cfg.get("seed", ""), "phases": " ".join(f"{name}:{state}" for name, state in states.items()),
+            "complete": str(bool(states) and all(s == "complete" for s in states.values())).lower()}
+
+
+def write_index(sweep_dir: Path) -> Path:
+    """Write `sweep_dir/index.csv` over every job directory (one holding `.hydra/`) directly below it."""
+    jobs = sorted((p for p in sweep_dir.iterdir() if (p / ".hydra").is_dir()),
+                  key=lambda p: (len(p.name.split("_")[0]), p.name))  # job 10 after job 9
+    path = sweep_dir / "index.csv"
+    with open(path, "w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=INDEX_COLUMNS)
+        writer.writeheader()
+        for job in jobs:
+            writer.writerow(index_row(job, sweep_dir))
+    return path
+
+
+class SweepIndex(Callback):
+    """Hydra callback: write the sweep directory's `index.csv` when a multirun ends."""
+
+    def on_multirun_end(self, config: DictConfig, **kwargs) -> None:
+        sweep_dir = Path(config.hydra.sweep.dir)
+        if sweep_dir.is_dir():
+            path = write_index(sweep_dir)
+            log.info("sweep index: %s", path)

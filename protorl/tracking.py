@@ -1,0 +1,71 @@
+"""Optional Weights & Biases tracking (`wandb=true`): the same metrics as the CSV and TensorBoard logs.
+
+One W&B run per protorl run directory; each phase logs under its directory's name (`pretrain/`,
+`finetune/`, `finetune_<task>/`) against its own frame counter (`<phase>/frames`). The W&B run id is kept
+in `wandb_id.txt`, so re-running the command to resume continues the same W&B run. Off by default; the
+`wandb` package is needed only when it is on (`pip install -e ".[wandb]"`).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from omegaconf import OmegaConf
+
+from protorl.config import Config
+
+ID_FILE = "wandb_id.txt"
+
+
+def wandb_available() -> bool:
+    try:
+        import wandb  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+def start_run(cfg: Config, run_dir: Path):
+    """Start (or, with an id saved in `run_dir`, resume) the W&B run of `run_dir`; None if wandb is off."""
+    if not cfg.wandb:
+        return None
+    import wandb
+
+    id_file = run_dir / ID_FILE
+    run_id = id_file.read_text().strip() if id_file.exists() else wandb.util.generate_id()
+    id_file.write_text(run_id + "\n")
+    return wandb.init(project=cfg.wandb_project, entity=cfg.wandb_entity, group=cfg.wandb_group,
+                      name=run_dir.name, id=run_id, resume="allow", dir=str(run_dir),
+                      config=OmegaConf.to_container(OmegaConf.structured(cfg)))
+
+
+class PhaseTracker:
+    """Sends one phase's scalars and images to the active W&B run, keyed by `<phase>/frames`."""
+
+    def __init__(self, run, phase: str):
+        self.run, self.phase = run, phase
+        run.define_metric(f"{phase}/frames")
+        run.define_metric(f"{phase}/*", step_metric=f"{phase}/frames")
+
+    def log(self, scalars: dict[str, float], frames: int) -> None:
+        self.run.log({**{f"{self.phase}/{tag}": value for tag, value in scalars.items()},
+                      f"{self.phase}/frames": frames})
+
+    def log_image(self, tag: str, image, frames: int) -> None:
+        import wandb
+
+        self.run.log({f"{self.phase}/{tag}": wandb.Image(image), f"{self.phase}/frames": frames})
+
+
+def phase_tracker(cfg: Config, phase: str) -> PhaseTracker | None:
+    """A tracker for `phase` on the active W&B run, or None when wandb is off."""
+    if not cfg.wandb:
+        return None
+    import wandb
+
+    return PhaseTracker(wandb.run, phase)
+
+
+def finish_run(run) -> None:
+    if run is not None:
+        run.finish()

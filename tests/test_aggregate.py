@@ -1,0 +1,191 @@
+"""protorl-aggregate on synthetic run and sweep directories: final-score tables and rliable's IQM against hand
+computations, run discovery and layouts, the missing and incomplete runs, method labels, the written figures
+and the errors on bad paths."""
+
+from __future__ import annotations
+
+import csv
+import json
+import math
+from pathlib import Path
+
+import matplotlib.image
+import numpy as np
+import pytest
+from omegaconf import OmegaConf
+
+from protorl.analysis.aggregate import COMPLETE, Record, seed_curve
+from protorl.cli import aggregate
+from protorl.logger import EVAL_COLUMNS
+
+REPS = 50
+
+
+def make_run(run_dir: Path, agent: str = "proto", env: str = "walker_run", seed: int = 1,
+             curves: dict[str, list[tuple[int, float]]] | None = None, running: tuple[str, ...] = (),
+             intr_coef: float = 0.2) -> Path:
+    """A run directory: `config.yaml` and, per phase directory in `curves` ({name: [(frames, return)]}), its
+    `eval.csv` and, unless the phase is in `running`, its `result.json`."""
+    run_dir.mkdir(parents=True)
+    OmegaConf.save({"env": env, "seed": seed, "agent": {"name": agent, "intr_coef": intr_coef},
+                    "pretrain_frames": 4000, "finetune_frames": 2000}, run_dir / "config.yaml")
+    for phase, rows in (curves or {}).items():
+        (run_dir / phase).mkdir()
+        with open(run_dir / phase / "eval.csv", "w", newline="") as f:
+            writer = csv.DictWriter(f, fieldnames=EVAL_COLUMNS)
+            writer.writeheader()
+            writer.writerows({"frames": frames, "agent_steps": frames // 2, "episode_reward": reward,
+                              "episode_reward_std": 1.0, "episodes": 10, "total_time_s": 1.0}
+                             for frames, reward in rows)
+        if phase not in running:
+            task = env if phase == "finetune" else phase.removeprefix("finetune_")
+            result = {"phase": "finetune", "task": task, "frames": max((r[0] for r in rows), default=0),
+                      "episodes": 4, "wall_time_s": 1.0}
+            (run_dir / phase / "result.json").write_text(json.dumps(result))
+    return run_dir
+
+
+def final_curve(score: float) -> dict[str, list[tuple[int, float]]]:
+    """A `finetune` curve ending at `score`, its rows out of order: the final score is the largest frames'."""
+    return {"finetune": [(2000, score), (0, 5.0), (1000, score / 2)]}
+
+
+def run_aggregate(paths: list[Path], out: Path, *extra: str) -> None:
+    aggregate([*map(str, paths), "--out", str(out), "--reps", str(REPS), *extra])
+
+
+def read_rows(path: Path) -> list[dict[str, str]]:
+    with open(path, newline="") as f:
+        return list(csv.DictReader(f))
+
+
+def test_final_scores_mean_and_population_std_by_hand(tmp_path, capsys):
+    for seed, score in zip((1, 2, 3), (100.0, 200.0, 600.0), strict=True):
+        make_run(tmp_path / "runs" / f"proto_{seed}", seed=seed, curves=final_curve(score))
+    run_aggregate([tmp_path / "runs"], tmp_path / "out")
+    (row,) = read_rows(tmp_path / "out" / "scores.csv")
+    # mean (100 + 200 + 600) / 3 = 300; population std sqrt((200^2 + 100^2 + 300^2) / 3) = sqrt(140000 / 3)
+    assert (row["task"], row["method"], int(row["n_seeds"])) == ("walker_run", "proto", 3)
+    assert float(row["mean"]) == pytest.approx(300.0)
+    assert float(row["std"]) == pytest.approx(math.sqrt(140000 / 3))
+    table = (tmp_path / "out" / "scores.md").read_text()
+    assert "population std" in table and "| walker_run | 300.0 ± 216.0 (3 seeds) |" in table
+    assert capsys.readouterr().out.strip() == (tmp_path / "out" / "summary.txt").read_text().strip()
+
+
+def test_iqm_matches_hand_computation_and_rliable_is_reproducible(tmp_path):
+    scores = [700.0, 10.0, 300.0, 990.0, 50.0, 450.0, 20.0, 100.0]
+    for seed, score in enumerate(scores):
+        make_run(tmp_path / "runs" / f"s{seed}", seed=seed, curves=final_curve(score))
+    run_aggregate([tmp_path / "runs"], tmp_path / "a")
+    run_aggregate([tmp_path / "runs"], tmp_path / "b")
+    rows = {row["metric"]: row for row in read_rows(tmp_path / "a" / "aggregate.csv")}
+    iqm = np.mean(sorted(scores)[2:6]) / 1000  # drop the lowest two and highest two: (50 + 100 + 300 + 450) / 4
+    assert iqm == pytest.approx(0.225)
+    assert float(rows["IQM"]["point"]) == pytest.approx(iqm)
+    assert float(rows["Mean"]["point"]) == pytest.approx(np.mean(scores) / 1000)
+    assert float(rows["Median"]["point"]) == pytest.approx(np.mean(scores) / 1000)  # of the per-task means: one task
+    assert float(rows["Optimality Gap"]["point"]) == pytest.approx(1 - np.mean(scores) / 1000)
+    for row in rows.values():
+        assert float(row["ci_low"]) <= float(row["point"]) <= float(row["ci_high"])
+        assert float(row["ci_low"]) < float(row["ci_high"])
+    assert (tmp_path / "a" / "aggregate.csv").read_text() == (tmp_path / "b" / "aggregate.csv").read_text()
+
+
+def test_one_record_per_finetune_task_and_sweep_discovery(tmp_path):
+    curves = {f"finetune_{task}": [(0, 1.0), (2000, score)]
+              for task, score in (("walker_run", 100.0), ("walker_walk", 400.0), ("walker_stand", 900.0))}
+    sweep = tmp_path / "multirun" / "2026.11.22" / "120000_train"
+    sweep.mkdir(parents=True)
+    (sweep / "multirun.yaml").write_text("hydra: {}\n")
+    for seed in (1, 2):
+        run = make_run(sweep / f"{seed - 1}_walker_seed{seed}", env="walker_stand", seed=seed, curves=curves)
+        (run / ".hydra").mkdir()
+        (run / ".hydra" / "config.yaml").write_text("seed: 99\n")  # Hydra's copy: not a run of its own
+    (sweep / "2_crashed_before_start" / ".hydra").mkdir(parents=True)  # a job that never wrote config.yaml
+    (sweep / "2_crashed_before_start" / ".hydra" / "config.yaml").write_text("seed: 99\n")
+    single = make_run(tmp_path / "single", seed=3, curves={"finetune_walker_run": [(2000, 200.0)]})
+    run_aggregate([tmp_path / "multirun", single], tmp_path / "out")
+    rows = {row["task"]: row for row in read_rows(tmp_path / "out" / "scores.csv")}
+    assert {task: (float(r["mean"]), int(r["n_seeds"])) for task, r in rows.items()} == {
+        "walker_run": (pytest.approx(400 / 3), 3), "walker_walk": (400.0, 2), "walker_stand": (900.0, 2)}
+    summary = (tmp_path / "out" / "summary.txt").read_text()
+    assert "3 runs, 7 downstream records (7 complete)" in summary
+    assert "proto  walker_walk  seed 3: never ran" in summary  # the single run has only walker_run
+    assert "proto: seeds 1, 2 x tasks walker_run, walker_stand, walker_walk" in summary  # seed 3 lacks two tasks
+
+
+def test_missing_seed_and_incomplete_runs_are_named(tmp_path):
+    for seed in (1, 2, 3):
+        make_run(tmp_path / f"proto_{seed}", seed=seed, curves=final_curve(100.0 * seed),
+                 running=("finetune",) if seed == 3 else ())
+    for seed in (1, 3):  # apt seed 2 never ran
+        make_run(tmp_path / f"apt_{seed}", agent="apt", seed=seed, curves=final_curve(50.0))
+    make_run(tmp_path / "icm_1", agent="icm", seed=1, curves={"finetune": []}, running=("finetune",))
+    run_aggregate([tmp_path / f"{name}" for name in ("proto_1", "proto_2", "proto_3", "apt_1", "apt_3", "icm_1")],
+                  tmp_path / "out")
+    summary = (tmp_path / "out" / "summary.txt").read_text()
+    assert "apt  walker_run  seed 2: never ran" in summary
+    assert "proto  walker_run  seed 3: running or stopped, last evaluation at 2000 frames" in summary
+    assert f"icm  walker_run  seed 1: no evaluation yet ({tmp_path / 'icm_1' / 'finetune'})" in summary
+    assert "not complete (5 of methods x tasks x seeds)" in summary  # + icm seeds 2 and 3, never ran
+    rows = {row["method"]: row for row in read_rows(tmp_path / "out" / "scores.csv")}
+    assert set(rows) == {"apt", "proto"}
+    assert (int(rows["proto"]["n_seeds"]), float(rows["proto"]["mean"])) == (2, 150.0)  # seed 3 excluded
+
+
+def test_group_by_separates_methods_by_intrinsic_reward_coefficient(tmp_path):
+    for alpha, scores in ((0.1, (100.0, 300.0)), (0.5, (700.0, 900.0))):
+        for seed, score in enumerate(scores):
+            make_run(tmp_path / f"a{alpha}_s{seed}", seed=seed, intr_coef=alpha, curves=final_curve(score))
+    run_aggregate([tmp_path], tmp_path / "out", "--group-by", "agent.name", "agent.intr_coef")
+    rows = {row["method"]: float(row["mean"]) for row in read_rows(tmp_path / "out" / "scores.csv")}
+    assert rows == {"agent.name=proto agent.intr_coef=0.1": 200.0, "agent.name=proto agent.intr_coef=0.5": 800.0}
+    methods = {row["method"] for row in read_rows(tmp_path / "out" / "aggregate.csv")}
+    assert methods == set(rows)
+
+
+def test_seed_curves_are_aligned_on_shared_frames():
+    def record(frames, returns):
+        return Record("proto", "proto", "walker_run", 1, np.array(frames, float), np.array(returns, float),
+                      COMPLETE, Path("."))
+
+    frames, mean, std = seed_curve([record([0, 1000, 2000], [0.0, 10.0, 20.0]), record([0, 1000], [4.0, 30.0])])
+    assert list(frames) == [0, 1000]
+    np.testing.assert_allclose(mean, [2.0, 20.0])
+    np.testing.assert_allclose(std, [2.0, 10.0])  # population std of two values: half their distance
+
+
+def test_figures_are_written_as_png_and_pdf(tmp_path):
+    for agent, score in (("proto", 600.0), ("random", 100.0), ("drq", 800.0)):
+        for env in ("walker_run", "cheetah_run"):
+            for seed in (1, 2):
+                make_run(tmp_path / f"{agent}_{env}_{seed}", agent=agent, env=env, seed=seed,
+                         curves=final_curve(score + seed))
+    run_aggregate([tmp_path], tmp_path / "out")
+    for name in ("curves", "aggregate", "profiles"):
+        png, pdf = tmp_path / "out" / f"{name}.png", tmp_path / "out" / f"{name}.pdf"
+        assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+        image = matplotlib.image.imread(png)
+        assert image.ndim == 3 and min(image.shape[:2]) > 100 and image.std() > 0  # not a blank canvas
+        assert pdf.read_bytes()[:4] == b"%PDF"
+
+
+def test_no_complete_record_writes_only_the_summary(tmp_path, capsys):
+    make_run(tmp_path / "run", curves={"finetune": [(1000, 50.0)]}, running=("finetune",))
+    run_aggregate([tmp_path / "run"], tmp_path / "out")
+    assert sorted(p.name for p in (tmp_path / "out").iterdir()) == ["summary.txt"]
+    out = capsys.readouterr().out
+    assert "no complete record" in out and "proto  walker_run  seed 1: running or stopped" in out
+
+
+@pytest.mark.parametrize("make", ["nothing", "empty directory"])
+def test_bad_paths_exit_with_status_2(tmp_path, capsys, make):
+    path = tmp_path / "no_such_sweep"
+    if make == "empty directory":
+        path.mkdir()
+    with pytest.raises(SystemExit) as exit_info:
+        run_aggregate([path], tmp_path / "out")
+    assert exit_info.value.code == 2
+    err = capsys.readouterr().err
+    assert err.startswith("protorl: error:") and str(path) in err and len(err.strip().splitlines()) == 1

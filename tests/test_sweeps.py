@@ -1,0 +1,122 @@
+"""Sweeps on Hydra's launchers (joblib and submitit's local executor), the sweep index, the paper's
+experiment presets, and one pre-training serving several downstream tasks (`finetune_envs`)."""
+
+from __future__ import annotations
+
+import csv
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from omegaconf import OmegaConf
+
+from protorl.config import Config
+from tests.test_cli import TINY, assert_ok, assert_user_error, protorl
+
+EXPERIMENTS = sorted(p.stem for p in (Path(__file__).parents[1] / "protorl" / "conf" / "experiment").glob("*.yaml"))
+SWEEP_TIMEOUT_S = 600
+TINY_TRAIN = [*TINY, "pretrain_frames=1000", "finetune_frames=1000", "snapshot_at_frames=[]",
+              "checkpoint_every_frames=null", "analysis_every_frames=null"]
+
+
+def sweep(command: str, sweep_dir: Path, *overrides: str) -> subprocess.CompletedProcess:
+    """`protorl-<command> -m ...` writing its jobs under `sweep_dir`."""
+    code = f"from protorl.cli import {command}; {command}()"
+    env = {**os.environ, "MUJOCO_GL": os.environ.get("MUJOCO_GL", "egl"), "OMP_NUM_THREADS": "1",
+           "HYDRA_FULL_ERROR": "1"}
+    return subprocess.run([sys.executable, "-c", code, "-m", *overrides, f"hydra.sweep.dir={sweep_dir}"],
+                          capture_output=True, text=True, timeout=SWEEP_TIMEOUT_S, env=env, cwd=sweep_dir.parent)
+
+
+def read_index(sweep_dir: Path) -> list[dict[str, str]]:
+    with open(sweep_dir / "index.csv", newline="") as f:
+        return list(csv.DictReader(f))
+
+
+def assert_one_complete_run_per_job(sweep_dir: Path, expected: set[tuple[str, int]]) -> None:
+    runs = sorted(p for p in sweep_dir.iterdir() if (p / "config.yaml").is_file())
+    assert len(runs) == len(expected), runs
+    found = set()
+    for run in runs:
+        cfg = OmegaConf.load(run / "config.yaml")
+        found.add((cfg.env, cfg.seed))
+        for phase in ("pretrain", "finetune"):
+            result = json.loads((run / phase / "result.json").read_text())
+            assert result["task"] == cfg.env and result["frames"] == 1000
+        assert len((run / "finetune" / "eval.csv").read_text().splitlines()) >= 2  # header + evaluations
+    assert found == expected
+    rows = read_index(sweep_dir)
+    assert {(r["env"], int(r["seed"])) for r in rows} == expected
+    assert all(r["complete"] == "true" and r["phases"] == "finetune:complete pretrain:complete" for r in rows), rows
+
+
+@pytest.mark.parametrize("launcher", [
+    ["hydra/launcher=joblib", "hydra.launcher.n_jobs=2"],
+    ["hydra/launcher=submitit_local", "hydra.launcher.timeout_min=10"],
+], ids=["joblib", "submitit_local"])
+def test_two_tasks_by_two_seeds_sweep_gives_one_run_per_job(tmp_path, launcher):
+    sweep_dir = tmp_path / "sweep"
+    result = sweep("train", sweep_dir, *TINY_TRAIN, *launcher, "env=point_mass_easy,cartpole_balance", "seed=1,2")
+    assert_ok(result)
+    assert_one_complete_run_per_job(sweep_dir, {(env, seed) for env in ("point_mass_easy", "cartpole_balance")
+                                                for seed in (1, 2)})
+    if "submitit" in launcher[0]:
+        assert (sweep_dir / ".submitit").is_dir()  # the jobs really went through submitit
+        return
+    from protorl.cli import aggregate  # the sweep's runs flow into protorl-aggregate
+
+    aggregate([str(sweep_dir), "--out", str(tmp_path / "agg"), "--reps", "20"])
+    with open(tmp_path / "agg" / "scores.csv", newline="") as f:
+        rows = list(csv.DictReader(f))
+    assert {(r["task"], r["method"], r["n_seeds"]) for r in rows} == {
+        ("point_mass_easy", "proto", "2"), ("cartpole_balance", "proto", "2")}
+
+
+def test_one_pretraining_serves_several_downstream_tasks(tmp_path):
+    run_dir = tmp_path / "multi"
+    tasks = ["point_mass_maze_reach_center", "point_mass_maze_reach_top_left"]
+    assert_ok(protorl("train", *TINY_TRAIN, "pretrain_env=point_mass_maze_explore", f"env={tasks[0]}",
+                      f"finetune_envs=[{','.join(tasks)}]", run_dir=run_dir))
+    assert json.loads((run_dir / "pretrain" / "result.json").read_text())["task"] == "point_mass_maze_explore"
+    for task in tasks:
+        result = json.loads((run_dir / f"finetune_{task}" / "result.json").read_text())
+        assert result["task"] == task and result["frames"] == 1000
+    assert not (run_dir / "finetune").exists()
+
+
+def test_downstream_task_of_another_domain_is_refused_before_any_output(tmp_path):
+    run_dir = tmp_path / "bad"
+    result = protorl("train", *TINY_TRAIN, "pretrain_env=point_mass_maze_explore", "env=point_mass_maze_reach_center",
+                     "finetune_envs=[point_mass_maze_reach_center,cartpole_balance]", run_dir=run_dir)
+    assert_user_error(result, "cartpole_balance", "point_mass_maze")
+    assert not run_dir.exists()
+
+
+@pytest.mark.parametrize("name", EXPERIMENTS)
+def test_every_experiment_preset_composes_to_a_valid_sweep(name):
+    """Each figure's preset composes with the right command and sweeps only over valid values."""
+    from hydra import compose, initialize_config_module
+
+    import protorl.cli  # noqa: F401 - registers the config schema with Hydra
+    from protorl.config import validate
+
+    command = "pretrain" if name.startswith(("fig9", "fig10")) else "train"
+    with initialize_config_module("protorl.conf", version_base="1.3"):
+        cfg = compose(command, overrides=[f"experiment={name}"], return_hydra_config=True)
+    params = dict(cfg.hydra.sweeper.params)
+    assert params, f"experiment {name} sweeps nothing"
+    assert name in cfg.hydra.sweep.dir
+    values = {key: str(value).split(",") for key, value in params.items() if not str(value).startswith("range(")}
+    jobs = [[f"{key}={option}"] for key, options in values.items() for option in options]  # each value once
+    for job in jobs:
+        with initialize_config_module("protorl.conf", version_base="1.3"):
+            job_cfg = compose(command, overrides=[f"experiment={name}", *job])
+        config: Config = OmegaConf.to_object(OmegaConf.merge(job_cfg, {"run_dir": "."}))
+        validate(config, command)
+        if name.endswith("_small"):
+            assert config.pretrain_frames <= 8000 and config.finetune_frames <= 4000 and config.agent.batch_size <= 32
+        else:
+            assert config.agent.batch_size == 512 and config.finetune_frames == 500_000
