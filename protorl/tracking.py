@@ -8,6 +8,7 @@ in `wandb_id.txt`, so re-running the command to resume continues the same W&B ru
 
 from __future__ import annotations
 
+import uuid
 from pathlib import Path
 
 from omegaconf import OmegaConf
@@ -32,7 +33,7 @@ def start_run(cfg: Config, run_dir: Path):
     import wandb
 
     id_file = run_dir / ID_FILE
-    run_id = id_file.read_text().strip() if id_file.exists() else wandb.util.generate_id()
+    run_id = id_file.read_text().strip() if id_file.exists() else uuid.uuid4().hex[:12]
     id_file.write_text(run_id + "\n")
     return wandb.init(project=cfg.wandb_project, entity=cfg.wandb_entity, group=cfg.wandb_group,
                       name=run_dir.name, id=run_id, resume="allow", dir=str(run_dir),

@@ -1,0 +1,60 @@
+"""Optional Weights & Biases tracking: off by default, a clear error without the package, and the same
+metrics as the CSV logs (W&B's offline mode: nothing leaves the machine)."""
+
+from __future__ import annotations
+
+import sys
+
+import pytest
+
+from protorl.config import Config, ConfigError, validate
+from protorl.logger import Logger
+from tests.test_cli import TINY, assert_ok, protorl
+
+wandb = pytest.importorskip("wandb")
+
+
+def test_wandb_is_off_by_default():
+    assert Config().wandb is False
+
+
+def test_wandb_without_the_package_is_refused_with_the_install_command(monkeypatch):
+    monkeypatch.setitem(sys.modules, "wandb", None)  # what `import wandb` sees when it is not installed
+    with pytest.raises(ConfigError, match=r"wandb.*pip install"):
+        validate(Config(wandb=True, run_dir="."), "train")
+
+
+def test_phase_metrics_reach_the_wandb_run(tmp_path, monkeypatch):
+    from protorl.tracking import PhaseTracker
+
+    monkeypatch.setenv("WANDB_SILENT", "true")
+    run = wandb.init(mode="offline", dir=str(tmp_path), project="protorl-test")
+    try:
+        logger = Logger(tmp_path / "finetune", tensorboard=False, tracker=PhaseTracker(run, "finetune"))
+        logger.accumulate({"critic_loss": 2.0})
+        logger.accumulate({"critic_loss": 4.0})
+        logger.log_train({"frames": 1000, "episode_reward": 12.5})
+        logger.log_eval({"frames": 2000, "episode_reward": 30.0})
+        logger.log_scalars({"frames": 2000, "coverage/entropy": 0.5})
+        logger.close()
+        summary = run.summary
+        assert summary["finetune/train/critic_loss"] == 3.0  # the average the CSV row gets
+        assert summary["finetune/train/episode_reward"] == 12.5
+        assert summary["finetune/eval/episode_reward"] == 30.0
+        assert summary["finetune/coverage/entropy"] == 0.5
+        assert summary["finetune/frames"] == 2000
+    finally:
+        run.finish()
+
+
+def test_a_run_logs_offline_and_a_rerun_continues_the_same_wandb_run(tmp_path, monkeypatch):
+    monkeypatch.setenv("WANDB_MODE", "offline")
+    monkeypatch.setenv("WANDB_SILENT", "true")
+    run_dir = tmp_path / "run"
+    overrides = [*TINY, "pretrain_frames=1000", "finetune_frames=1000", "analysis_every_frames=null", "wandb=true"]
+    assert_ok(protorl("train", *overrides, run_dir=run_dir))
+    run_id = (run_dir / "wandb_id.txt").read_text().strip()
+    assert [p.name.rsplit("-", 1)[1] for p in (run_dir / "wandb").glob("offline-run-*")] == [run_id]
+    assert_ok(protorl("train", *overrides, run_dir=run_dir))  # both phases complete: nothing re-runs
+    assert (run_dir / "wandb_id.txt").read_text().strip() == run_id
+    assert {p.name.rsplit("-", 1)[1] for p in (run_dir / "wandb").glob("offline-run-*")} == {run_id}
