@@ -17,7 +17,7 @@ from protorl.envs.walker_tasks import TASKS as WALKER_TASKS  # noqa: E402
 from protorl.snapshot import SnapshotError, check_spec  # noqa: E402
 
 MAZE_TASKS = ["point_mass_maze_explore"] + [f"point_mass_maze_{suffix}" for suffix in maze.TARGETS]
-NEW_TASKS = MAZE_TASKS + list(WALKER_TASKS) + list(BRICK_POSITIONS)
+NEW_TASKS = MAZE_TASKS + list(WALKER_TASKS) + ["reach_duplo", *BRICK_POSITIONS]
 POINT_RADIUS = 0.01
 WALLS = ("maze_x", "maze_neg_x", "maze_y")
 
@@ -197,6 +197,20 @@ def test_duplo_brick_is_at_its_fixed_position(name):
         env = DMCEnv(name, obs="states", seed=seed)
         env.reset()
         np.testing.assert_allclose(env.physics.named.data.xpos["duplo2x4/", :2], BRICK_POSITIONS[name], atol=1e-4)
+
+
+def test_single_task_duplo_brick_is_placed_anywhere_in_the_original_workspace():
+    from dm_control.manipulation import reach
+
+    box = reach._DUPLO_WORKSPACE.target_bbox
+    positions = []
+    for seed in (0, 1, 2):
+        env = DMCEnv("reach_duplo", obs="states", seed=seed)
+        env.reset()
+        xy = env.physics.named.data.xpos["duplo2x4/", :2]
+        assert np.all(xy >= np.asarray(box.lower[:2]) - 1e-3) and np.all(xy <= np.asarray(box.upper[:2]) + 1e-3)
+        positions.append(xy.copy())
+    assert np.ptp(np.stack(positions), axis=0).max() > 0.01  # the seed moves the brick
 
 
 def test_duplo_renders_from_the_front_camera():
