@@ -162,7 +162,7 @@ def aggregate(argv: list[str] | None = None) -> None:
     mean, median, optimality gap, performance profiles) over the downstream phases of runs and sweeps."""
     import argparse
 
-    from protorl.analysis.aggregate import AggregateError, aggregate_runs
+    from protorl.analysis.aggregate import RETURN, AggregateError, aggregate_runs, pretraining_metric
 
     parser = argparse.ArgumentParser(prog="protorl-aggregate", description=aggregate.__doc__)
     parser.add_argument("paths", nargs="+", type=Path, metavar="PATH",
@@ -172,10 +172,14 @@ def aggregate(argv: list[str] | None = None) -> None:
                         help="dotted config keys whose values label a method (default: agent.name)")
     parser.add_argument("--reps", type=int, default=2000, help="bootstrap replications (default: 2000)")
     parser.add_argument("--seed", type=int, default=0, help="numpy seed of the bootstrap (default: 0)")
+    parser.add_argument("--metric", default=None, metavar="COLUMN",
+                        help="a column of pretrain/analysis.csv instead of the downstream return, e.g. "
+                             "coverage/entropy (figure 9) or variance/proto_cv (figure 10)")
     args = parser.parse_args(argv)
     if args.reps < 1:
         parser.error("--reps must be at least 1")
+    metric = RETURN if args.metric is None else pretraining_metric(args.metric)
     try:
-        print(aggregate_runs(args.paths, args.out, args.group_by, args.reps, args.seed), flush=True)
+        print(aggregate_runs(args.paths, args.out, args.group_by, args.reps, args.seed, metric), flush=True)
     except AggregateError as error:
         _exit_with(error)

@@ -110,7 +110,7 @@ def test_one_record_per_finetune_task_and_sweep_discovery(tmp_path):
     assert {task: (float(r["mean"]), int(r["n_seeds"])) for task, r in rows.items()} == {
         "walker_run": (pytest.approx(400 / 3), 3), "walker_walk": (400.0, 2), "walker_stand": (900.0, 2)}
     summary = (tmp_path / "out" / "summary.txt").read_text()
-    assert "3 runs, 7 downstream records (7 complete)" in summary
+    assert "3 runs, 7 downstream records of eval episode return (7 complete)" in summary
     assert "proto  walker_walk  seed 3: never ran" in summary  # the single run has only walker_run
     assert "proto: seeds 1, 2 x tasks walker_run, walker_stand, walker_walk" in summary  # seed 3 lacks two tasks
 
@@ -189,3 +189,22 @@ def test_bad_paths_exit_with_status_2(tmp_path, capsys, make):
     assert exit_info.value.code == 2
     err = capsys.readouterr().err
     assert err.startswith("protorl: error:") and str(path) in err and len(err.strip().splitlines()) == 1
+
+
+def test_a_pretraining_metric_is_aggregated_by_method_from_analysis_csv(tmp_path):
+    """--metric coverage/entropy (figure 9): one record per pre-training phase, its last analysis row."""
+    finals = {("proto", 1): 0.5, ("proto", 2): 0.7, ("random", 1): 0.2, ("random", 2): 0.4}
+    for (agent, seed), final in finals.items():
+        run = make_run(tmp_path / "runs" / f"{agent}_{seed}", agent=agent, env="point_mass_maze_explore", seed=seed)
+        (run / "pretrain").mkdir()
+        (run / "pretrain" / "analysis.csv").write_text(
+            f"frames,coverage/entropy,variance/proto_cv\n2000,{final},\n1000,0.1,0.3\n")  # rows out of order
+        if (agent, seed) != ("random", 2):
+            (run / "pretrain" / "result.json").write_text("{}")
+    run_aggregate([tmp_path / "runs"], tmp_path / "out", "--metric", "coverage/entropy")
+    rows = {row["method"]: row for row in read_rows(tmp_path / "out" / "scores.csv")}
+    assert float(rows["proto"]["mean"]) == pytest.approx(0.6) and float(rows["proto"]["std"]) == pytest.approx(0.1)
+    assert float(rows["random"]["mean"]) == pytest.approx(0.2) and rows["random"]["n_seeds"] == "1"
+    summary = (tmp_path / "out" / "summary.txt").read_text()
+    assert "random  point_mass_maze_explore  seed 2: running or stopped" in summary
+    assert "coverage/entropy" in (tmp_path / "out" / "scores.md").read_text()

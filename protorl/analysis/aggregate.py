@@ -1,7 +1,9 @@
 """`protorl-aggregate PATH [PATH ...]`: learning curves, final-score tables and rliable statistics over runs.
 
-Each downstream phase (`finetune/` or `finetune_<task>/`) of each run directory found under the paths is one
-record: complete (evaluations and `result.json`), running or stopped (evaluations, no `result.json`) or with
+By default each downstream phase (`finetune/` or `finetune_<task>/`) of each run directory found under the
+paths is one record, its curve the evaluation return (`eval.csv`); with `--metric COLUMN` (e.g.
+`coverage/entropy`, figure 9) each pre-training phase is one, its curve that column of `analysis.csv`. A
+record is complete (values and `result.json`), running or stopped (values, no `result.json`) or with
 no evaluation yet. Only complete records enter the curves, the tables and the statistics: partial curves are
 left out, and every (method, task, seed) of the grid without a complete record is listed in `summary.txt`.
 Writes into the output directory: `curves.png/.pdf`, `scores.csv/.md`, `aggregate.csv`, `aggregate.png/.pdf`,
@@ -39,6 +41,25 @@ COMPLETE, RUNNING, NOT_EVALUATED = "complete", "running or stopped", "no evaluat
 DRQ = "drq"
 
 
+@dataclass(frozen=True)
+class Metric:
+    """What a record's curve holds: a column of a CSV of a run's downstream or pre-training phases."""
+
+    column: str
+    csv_name: str
+    downstream: bool  # finetune*/ phases (one per task); else the pretrain/ phase
+    scale: float  # final values are divided by this for rliable, which expects scores in [0, 1]
+    label: str
+
+
+RETURN = Metric("episode_reward", "eval.csv", True, DMC_MAX_RETURN, "eval episode return")
+
+
+def pretraining_metric(column: str) -> Metric:
+    """A column of `pretrain/analysis.csv`, e.g. `coverage/entropy` (already in [0, 1])."""
+    return Metric(column, "analysis.csv", False, 1.0, column)
+
+
 class AggregateError(ValueError):
     """A path that does not exist or holds no run, or a run whose config lacks a `--group-by` key."""
 
@@ -52,14 +73,14 @@ class Record:
     task: str
     seed: int
     frames: np.ndarray  # (evals,) environment frames, increasing
-    returns: np.ndarray  # (evals,) mean eval episode return at those frames
+    values: np.ndarray  # (evals,) the metric at those frames, e.g. the mean eval episode return
     status: str
     path: Path
 
     @property
     def final(self) -> float:
-        """Mean return of the last evaluation."""
-        return float(self.returns[-1])
+        """The metric at the last evaluation (e.g. the mean return)."""
+        return float(self.values[-1])
 
 
 def discover_runs(paths: list[Path]) -> list[Path]:
@@ -92,29 +113,35 @@ def method_label(cfg: DictConfig, group_by: list[str], run_dir: Path) -> str:
     return " ".join(f"{key}={value}" for key, value in zip(group_by, values, strict=True))
 
 
-def read_curve(eval_csv: Path) -> tuple[np.ndarray, np.ndarray]:
-    """(frames, episode_reward) of `eval.csv` sorted by frames; rows with a missing value are skipped."""
+def read_curve(path: Path, column: str) -> tuple[np.ndarray, np.ndarray]:
+    """(frames, column) of a CSV sorted by frames; rows with a missing value are skipped."""
     points = []
-    if eval_csv.is_file():
-        with open(eval_csv, newline="") as f:
-            points = [(float(row["frames"]), float(row["episode_reward"])) for row in csv.DictReader(f)
-                      if row.get("frames") and row.get("episode_reward")]
+    if path.is_file():
+        with open(path, newline="") as f:
+            points = [(float(row["frames"]), float(row[column])) for row in csv.DictReader(f)
+                      if row.get("frames") and row.get(column)]
     points.sort()
     return np.array([p[0] for p in points]), np.array([p[1] for p in points])
 
 
-def read_records(run_dir: Path, group_by: list[str]) -> list[Record]:
-    """One record per downstream phase directory of the run."""
+def phases(run_dir: Path, cfg: DictConfig, metric: Metric) -> list[tuple[Path, str]]:
+    """(phase directory, task) pairs of the run that `metric` reads."""
+    if not metric.downstream:
+        return [(run_dir / "pretrain", cfg.get("pretrain_env") or cfg.env)] if (run_dir / "pretrain").is_dir() else []
+    return [(phase, cfg.env if phase.name == "finetune" else phase.name.removeprefix("finetune_"))
+            for phase in sorted(run_dir.glob("finetune*"))
+            if phase.is_dir() and (phase.name == "finetune" or phase.name.startswith("finetune_"))]
+
+
+def read_records(run_dir: Path, group_by: list[str], metric: Metric = RETURN) -> list[Record]:
+    """One record per phase directory of the run that `metric` reads."""
     cfg = OmegaConf.load(run_dir / "config.yaml")
     method = method_label(cfg, group_by, run_dir)
     records = []
-    for phase in sorted(run_dir.glob("finetune*")):
-        if not phase.is_dir() or not (phase.name == "finetune" or phase.name.startswith("finetune_")):
-            continue
-        task = cfg.env if phase.name == "finetune" else phase.name.removeprefix("finetune_")
-        frames, returns = read_curve(phase / "eval.csv")
+    for phase, task in phases(run_dir, cfg, metric):
+        frames, values = read_curve(phase / metric.csv_name, metric.column)
         status = NOT_EVALUATED if not len(frames) else COMPLETE if (phase / "result.json").is_file() else RUNNING
-        records.append(Record(method, str(cfg.agent.name), task, int(cfg.seed), frames, returns, status, phase))
+        records.append(Record(method, str(cfg.agent.name), task, int(cfg.seed), frames, values, status, phase))
     return records
 
 
@@ -156,34 +183,34 @@ def score_table(complete: list[Record]) -> list[dict]:
              "n_seeds": len(scores)} for (task, method), scores in sorted(groups.items())]
 
 
-def write_scores(rows: list[dict], out: Path) -> list[Path]:
+def write_scores(rows: list[dict], out: Path, label: str) -> list[Path]:
     """`scores.csv` (tidy) and `scores.md` (one row per task, one column per method)."""
     with open(out / "scores.csv", "w", newline="") as f:
         writer = csv.DictWriter(f, fieldnames=["task", "method", "mean", "std", "n_seeds"])
         writer.writeheader()
         writer.writerows(rows)
-    (out / "scores.md").write_text(markdown_table(rows) + "\n")
+    (out / "scores.md").write_text(markdown_table(rows, label) + "\n")
     return [out / "scores.csv", out / "scores.md"]
 
 
-def markdown_table(rows: list[dict]) -> str:
+def markdown_table(rows: list[dict], label: str) -> str:
     """One row per task, one column per method, cells `mean ± std (n seeds)`."""
     methods = sorted({row["method"] for row in rows})
     cells = {(row["task"], row["method"]): f"{row['mean']:.1f} ± {row['std']:.1f} ({row['n_seeds']} seeds)"
              for row in rows}
-    lines = ["Final evaluation return: mean ± population std (ddof=0) over seeds.", "",
+    lines = [f"Final {label}: mean ± population std (ddof=0) over seeds.", "",
              "| task | " + " | ".join(methods) + " |", "|---" * (len(methods) + 1) + "|"]
     for task in sorted({row["task"] for row in rows}):
         lines.append(f"| {task} | " + " | ".join(cells.get((task, m), "–") for m in methods) + " |")
     return "\n".join(lines)
 
 
-def score_matrices(complete: list[Record]) -> tuple[dict[str, np.ndarray], list[str]]:
+def score_matrices(complete: list[Record], scale: float) -> tuple[dict[str, np.ndarray], list[str]]:
     """Per method, normalised final scores (seeds, tasks) over its tasks and the seeds complete on all of
     them; and a line per method: the seeds and tasks used, or why it is skipped."""
     by_method = defaultdict(dict)
     for record in complete:
-        by_method[record.method][record.task, record.seed] = record.final / DMC_MAX_RETURN
+        by_method[record.method][record.task, record.seed] = record.final / scale
     matrices, lines = {}, []
     for method, scores in sorted(by_method.items()):
         tasks = sorted({task for task, _ in scores})
@@ -222,14 +249,14 @@ def save(fig: Figure, stem: Path) -> list[Path]:
 
 
 def seed_curve(seeds: list[Record]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """(frames, mean, population std) over the records' returns at the frames they all evaluated at."""
+    """(frames, mean, population std) over the records' values at the frames they all evaluated at."""
     frames = np.array(sorted(set.intersection(*(set(r.frames) for r in seeds))))
-    curves = [dict(zip(r.frames, r.returns, strict=True)) for r in seeds]
-    returns = np.array([[curve[x] for x in frames] for curve in curves])  # (seeds, frames)
-    return frames, returns.mean(axis=0), returns.std(axis=0)
+    curves = [dict(zip(r.frames, r.values, strict=True)) for r in seeds]
+    values = np.array([[curve[x] for x in frames] for curve in curves])  # (seeds, frames)
+    return frames, values.mean(axis=0), values.std(axis=0)
 
 
-def plot_curves(complete: list[Record], colors: dict[str, str], stem: Path) -> list[Path]:
+def plot_curves(complete: list[Record], colors: dict[str, str], stem: Path, ylabel: str) -> list[Path]:
     """One panel per task: mean ± std over seeds on their shared frames per method; DrQ's final mean as a
     dashed line."""
     from matplotlib.backends.backend_agg import FigureCanvasAgg
@@ -250,7 +277,7 @@ def plot_curves(complete: list[Record], colors: dict[str, str], stem: Path) -> l
         drq = [r.final for r in on_task if r.agent == DRQ]
         if drq:
             ax.axhline(np.mean(drq), color="k", linestyle="--", label="DrQ")
-        ax.set(title=task, xlabel="environment frames", ylabel="eval episode return")
+        ax.set(title=task, xlabel="environment frames", ylabel=ylabel)
         ax.legend(fontsize=7, loc="lower right")
     for ax in axes[len(tasks):]:  # the unused panels of the last row
         ax.set_visible(False)
@@ -267,7 +294,7 @@ def _plot_utils():
     return plot_utils
 
 
-def plot_estimates(points: dict, intervals: dict, colors: dict[str, str], stem: Path) -> list[Path]:
+def plot_estimates(points: dict, intervals: dict, colors: dict[str, str], stem: Path, xlabel: str) -> list[Path]:
     """rliable's interval plot: per metric, each method's point estimate and 95% CI."""
     plot_utils = _plot_utils()
     from matplotlib import pyplot as plt
@@ -275,7 +302,7 @@ def plot_estimates(points: dict, intervals: dict, colors: dict[str, str], stem: 
     height = 0.5 * len(points)  # inches; rliable places the x label in figure coordinates: 0.6 in below the axes
     fig, _ = plot_utils.plot_interval_estimates(
         points, intervals, list(METRICS), colors=colors, row_height=0.5, subfigure_width=4.0, wspace=0.25,
-        xlabel_y_coordinate=0.11 - 0.6 / height, xlabel=f"normalised score (return / {DMC_MAX_RETURN:.0f})")
+        xlabel_y_coordinate=0.11 - 0.6 / height, xlabel=xlabel)
     paths = save(fig, stem)
     plt.close(fig)
     return paths
@@ -297,17 +324,20 @@ def plot_profiles(matrices: dict[str, np.ndarray], reps: int, colors: dict[str, 
     return save(fig, stem)
 
 
-def aggregate_runs(paths: list[Path], out: Path, group_by: list[str], reps: int = 2000, seed: int = 0) -> str:
+def aggregate_runs(paths: list[Path], out: Path, group_by: list[str], reps: int = 2000, seed: int = 0,
+                   metric: Metric = RETURN) -> str:
     """Write the tables, statistics and plots of the runs under `paths` into `out`; returns the summary."""
     runs = discover_runs(paths)
-    records, duplicates = deduplicate([r for run in runs for r in read_records(run, group_by)])
+    records, duplicates = deduplicate([r for run in runs for r in read_records(run, group_by, metric)])
+    normalised = metric.label if metric.scale == 1 else f"{metric.label} / {metric.scale:g}"
     complete = [r for r in records if r.status == COMPLETE]
     out.mkdir(parents=True, exist_ok=True)
     lines = [f"protorl aggregate of {', '.join(map(str, paths))}",
-             f"  {len(runs)} runs, {len(records)} downstream records ({len(complete)} complete)",
+             f"  {len(runs)} runs, {len(records)} {'downstream' if metric.downstream else 'pre-training'} records "
+             f"of {metric.label} ({len(complete)} complete)",
              f"  methods: {', '.join(sorted({r.method for r in records})) or 'none'}",
              f"  tasks: {', '.join(sorted({r.task for r in records})) or 'none'}"]
-    lines += [f"  run without a downstream phase: {run}" for run in runs if not any(run in r.path.parents
+    lines += [f"  run without such a phase: {run}" for run in runs if not any(run in r.path.parents
                                                                                       for r in records)]
     lines += [f"  duplicate ignored: {r.path}" for r in duplicates]
     missing = not_complete(records)
@@ -319,16 +349,16 @@ def aggregate_runs(paths: list[Path], out: Path, group_by: list[str], reps: int 
     else:
         rows = score_table(complete)
         colors = {method: f"C{i}" for i, method in enumerate(sorted({r.method for r in complete}))}
-        written += write_scores(rows, out) + plot_curves(complete, colors, out / "curves")
-        lines += ["", markdown_table(rows), ""]
-        matrices, used = score_matrices(complete)
-        lines.append(f"  rliable (return / {DMC_MAX_RETURN:.0f}, {reps} bootstrap reps, numpy seed {seed}):")
+        written += write_scores(rows, out, metric.label) + plot_curves(complete, colors, out / "curves", metric.label)
+        lines += ["", markdown_table(rows, metric.label), ""]
+        matrices, used = score_matrices(complete, metric.scale)
+        lines.append(f"  rliable ({normalised}, {reps} bootstrap reps, numpy seed {seed}):")
         lines += [f"    {line}" for line in used]
         if matrices:
             np.random.seed(seed)  # rliable's stratified bootstrap draws from numpy's global RNG
             points, intervals = interval_estimates(matrices, reps)
             written.append(write_estimates(points, intervals, out / "aggregate.csv"))
-            written += plot_estimates(points, intervals, colors, out / "aggregate")
+            written += plot_estimates(points, intervals, colors, out / "aggregate", f"normalised score ({normalised})")
             written += plot_profiles(matrices, reps, colors, out / "profiles")
     written.append(out / "summary.txt")
     lines.append("  files: " + ", ".join(map(str, written)))
