@@ -13,7 +13,7 @@ from pathlib import Path
 
 import torch
 
-CHECKPOINT_VERSION = 1
+CHECKPOINT_VERSION = 2  # 2: per-agent optimisers, physical states in the replay, analysis state
 
 
 class SnapshotError(ValueError):
@@ -87,5 +87,7 @@ def list_checkpoints(directory: Path) -> list[Path]:
 def load_checkpoint(path: Path) -> dict:
     payload = safe_load(path, "checkpoint")
     if payload.get("checkpoint_version") != CHECKPOINT_VERSION:
-        raise SnapshotError(f"checkpoint {path}: not a protorl checkpoint of version {CHECKPOINT_VERSION}")
+        raise SnapshotError(f"checkpoint {path}: not a protorl checkpoint of version {CHECKPOINT_VERSION} (found "
+                            f"{payload.get('checkpoint_version')!r}, e.g. from an older protorl); start over with "
+                            "resume=false or in a new run directory")
     return payload

@@ -117,22 +117,36 @@ def _exit_with(error: Exception, status: int = 2) -> None:
     sys.exit(status)
 
 
+def run_job(cfg: DictConfig, command: str) -> None:
+    """`run`; in a sweep (-m), a job that stops with an error leaves its phases incomplete and lets the
+    other jobs run (the sweep's index lists it and the sweep exits non-zero)."""
+    from hydra.core.hydra_config import HydraConfig
+    from hydra.types import RunMode
+
+    try:
+        run(cfg, command)
+    except SystemExit as stop:
+        if not stop.code or HydraConfig.get().mode != RunMode.MULTIRUN:
+            raise
+        log.error("job %s stopped (exit status %s); the sweep goes on", HydraConfig.get().job.num, stop.code)
+
+
 @hydra.main(version_base="1.3", config_path="conf", config_name="pretrain")
 def pretrain(cfg: DictConfig) -> None:
     """Task-agnostic pre-training; writes snapshots for `protorl-finetune`."""
-    run(cfg, "pretrain")
+    run_job(cfg, "pretrain")
 
 
 @hydra.main(version_base="1.3", config_path="conf", config_name="finetune")
 def finetune(cfg: DictConfig) -> None:
     """Downstream RL on a frozen pre-trained representation (needs snapshot=PATH)."""
-    run(cfg, "finetune")
+    run_job(cfg, "finetune")
 
 
 @hydra.main(version_base="1.3", config_path="conf", config_name="train")
 def train(cfg: DictConfig) -> None:
     """Pre-training then fine-tuning on `env`, as in the paper's protocol."""
-    run(cfg, "train")
+    run_job(cfg, "train")
 
 
 def tasks() -> None:

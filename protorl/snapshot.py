@@ -22,10 +22,10 @@ def save_snapshot(path: Path, agent_state: dict, env_spec: dict, config: dict, f
     return atomic_save(payload, path)
 
 
-# agent settings that fix which networks a snapshot holds and their shapes
-ARCHITECTURE_KEYS = ("name", "proj_dim", "pred_hidden_dim", "num_prototypes", "candidates_per_prototype",
-                     "feature_dim", "hidden_dim", "hidden_depth", "state_hidden_dim", "icm_proj_dim", "icm_hidden_dim",
-                     "apt_proj_dim")
+# agent settings that fix which networks a snapshot holds and their shapes: every agent's, and each one's own
+ARCHITECTURE_KEYS = ("name", "feature_dim", "hidden_dim", "hidden_depth", "state_hidden_dim")
+AGENT_ARCHITECTURE_KEYS = {"proto": ("proj_dim", "pred_hidden_dim", "num_prototypes", "candidates_per_prototype"),
+                           "icm": ("icm_proj_dim", "icm_hidden_dim"), "apt": ("apt_proj_dim",)}
 
 
 def load_snapshot(path: str | Path, env_spec: dict | None = None, agent_config=None) -> dict:
@@ -65,7 +65,8 @@ def check_architecture(path: Path, saved_agent: dict, agent_config) -> None:
         return saved_agent.get(key, getattr(defaults, key))
 
     differences = [f"agent.{key}={saved(key)!r} in the snapshot, {getattr(agent_config, key)!r} here"
-                   for key in ARCHITECTURE_KEYS if saved(key) != getattr(agent_config, key)]
+                   for key in (*ARCHITECTURE_KEYS, *AGENT_ARCHITECTURE_KEYS.get(saved("name"), ()))
+                   if saved(key) != getattr(agent_config, key)]
     if differences:
         raise SnapshotError(f"snapshot {path} was pre-trained with another agent or other network sizes; pass "
                             "the snapshot's values to finetune (agent.name is set with agent=NAME): "

@@ -4,6 +4,8 @@ Hydra's launchers (basic: sequential; joblib: processes on this machine; submiti
 executor) run the jobs, each in its own run directory under the sweep directory. `SweepIndex` then writes
 `index.csv` into the sweep directory: per job, its overrides, agent, task, seed and the state of each phase
 (`complete` once the phase wrote `result.json`, else `incomplete`: failed, killed or still running).
+A job that stops with an error does not stop the sweep; the sweep exits with status 1 if any job is
+incomplete.
 `protorl-aggregate SWEEP_DIR` reads the run directories themselves, so it needs no index.
 """
 
@@ -11,6 +13,7 @@ from __future__ import annotations
 
 import csv
 import logging
+import sys
 from pathlib import Path
 
 from hydra.experimental.callback import Callback
@@ -53,10 +56,17 @@ def write_index(sweep_dir: Path) -> Path:
 
 
 class SweepIndex(Callback):
-    """Hydra callback: write the sweep directory's `index.csv` when a multirun ends."""
+    """Hydra callback: write the sweep directory's `index.csv` when a multirun ends; exit with status 1
+    if a job did not complete (after the index is written, so it names them)."""
 
     def on_multirun_end(self, config: DictConfig, **kwargs) -> None:
         sweep_dir = Path(config.hydra.sweep.dir)
-        if sweep_dir.is_dir():
-            path = write_index(sweep_dir)
-            log.info("sweep index: %s", path)
+        if not sweep_dir.is_dir():
+            return
+        path = write_index(sweep_dir)
+        with open(path, newline="") as f:
+            incomplete = [row["run_dir"] for row in csv.DictReader(f) if row["complete"] != "true"]
+        log.info("sweep index: %s", path)
+        if incomplete:
+            log.error("%d job(s) did not complete: %s (see %s)", len(incomplete), ", ".join(incomplete), path)
+            sys.exit(1)

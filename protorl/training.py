@@ -20,7 +20,7 @@ from tqdm import tqdm
 
 from protorl.agents import make_agent
 from protorl.analysis.monitor import AnalysisMonitor
-from protorl.checkpoint import list_checkpoints, load_checkpoint, save_checkpoint
+from protorl.checkpoint import SnapshotError, list_checkpoints, load_checkpoint, save_checkpoint
 from protorl.config import Config
 from protorl.envs import make_env
 from protorl.logger import Logger
@@ -82,12 +82,13 @@ class Trainer:
             check_spec(source, pretrained["env_spec"], self.env.spec())
             check_architecture(source, pretrained["config"].get("agent", {}), cfg.agent)
             self.agent.load_pretrained(pretrained["agent"])
+        self.analyses = phase == "pretrain" and cfg.analysis_every_frames is not None
         self.replay = ReplayBuffer(self.env.frame_shape, self.env.frame_dtype, self.env.action_shape,
                                    cfg.replay_capacity, self.env.frame_stack, seed=cfg.seed,
-                                   physical_state_shape=self.env.physical_state_shape)
+                                   physical_state_shape=self.env.physical_state_shape if self.analyses else None)
         self.logger = Logger(out_dir, tensorboard=cfg.tensorboard, tracker=phase_tracker(cfg, out_dir.name))
         self.monitor = None  # pre-training analyses: coverage, maps, reward variance (protorl/analysis/)
-        if phase == "pretrain" and cfg.analysis_every_frames is not None:
+        if self.analyses:
             self.monitor = AnalysisMonitor(cfg, self.env, self.agent, self.replay, self.logger, out_dir)
         self.total_frames = cfg.pretrain_frames if phase == "pretrain" else cfg.finetune_frames
         self.agent_steps = 0
@@ -142,9 +143,12 @@ class Trainer:
                 self.updates += 1
 
             time_step = env.step(action)
-            self.replay.add(time_step.frame, action, time_step.reward, time_step.discount, time_step.physical_state)
             if self.monitor is not None:
+                self.replay.add(time_step.frame, action, time_step.reward, time_step.discount,
+                                time_step.physical_state)
                 self.monitor.record(time_step.physical_state)
+            else:
+                self.replay.add(time_step.frame, action, time_step.reward, time_step.discount)
             episode_reward += time_step.reward
             episode_steps += 1
             self.agent_steps += 1
@@ -172,9 +176,11 @@ class Trainer:
 
     def _begin_episode(self):
         time_step = self.env.reset()
-        self.replay.add_first(time_step.frame, time_step.physical_state)
         if self.monitor is not None:
+            self.replay.add_first(time_step.frame, time_step.physical_state)
             self.monitor.record(time_step.physical_state)
+        else:
+            self.replay.add_first(time_step.frame)
         return time_step
 
     def _elapsed(self) -> float:
@@ -262,6 +268,10 @@ class Trainer:
         }
 
     def load_state_dict(self, state: dict) -> None:
+        if (state["monitor"] is None) != (self.monitor is None):
+            raise SnapshotError(f"checkpoint of {self.phase} was written with analyses "
+                                f"{'off' if state['monitor'] is None else 'on'}: resume with the run's own "
+                                "analysis_every_frames, or start over with resume=false")
         if (state["phase"], state["task"], state["seed"]) != (self.phase, self.task, self.cfg.seed):
             raise ValueError(f"checkpoint is of {state['phase']} on {state['task']} seed {state['seed']}, "
                              f"not {self.phase} on {self.task} seed {self.cfg.seed}")

@@ -208,3 +208,27 @@ def test_a_pretraining_metric_is_aggregated_by_method_from_analysis_csv(tmp_path
     summary = (tmp_path / "out" / "summary.txt").read_text()
     assert "random  point_mass_maze_explore  seed 2: running or stopped" in summary
     assert "coverage/entropy" in (tmp_path / "out" / "scores.md").read_text()
+
+
+def test_returns_are_normalised_by_each_tasks_maximum_return(tmp_path):
+    """Reach Duplo's episodes are 250 control steps (appendix C.1), the suite's 1000: 125 and 500 both score 0.5."""
+    make_run(tmp_path / "runs" / "duplo", env="reach_duplo_top_left", curves=final_curve(125.0))
+    make_run(tmp_path / "runs" / "walker", env="walker_run", curves=final_curve(500.0))
+    run_aggregate([tmp_path / "runs"], tmp_path / "out")
+    points = {row["metric"]: float(row["point"]) for row in read_rows(tmp_path / "out" / "aggregate.csv")}
+    assert points["Mean"] == pytest.approx(0.5) and points["Optimality Gap"] == pytest.approx(0.5)
+
+
+def test_runs_of_one_method_task_and_seed_with_different_configs_ask_for_group_by(tmp_path, capsys):
+    """E.g. figure 14's runs (no pre-training) aggregated with figure 4's: not repeats, two experiments."""
+    make_run(tmp_path / "fig4" / "proto", curves=final_curve(300.0))
+    run = make_run(tmp_path / "fig14" / "proto", curves=final_curve(100.0))
+    OmegaConf.save(OmegaConf.merge(OmegaConf.load(run / "config.yaml"), {"pretrain_frames": 0}), run / "config.yaml")
+    with pytest.raises(SystemExit) as stop:
+        run_aggregate([tmp_path / "fig4", tmp_path / "fig14"], tmp_path / "out")
+    assert stop.value.code == 2
+    assert "differ in pretrain_frames" in capsys.readouterr().err
+    run_aggregate([tmp_path / "fig4", tmp_path / "fig14"], tmp_path / "out", "--group-by", "agent.name",
+                  "pretrain_frames")
+    assert {row["method"] for row in read_rows(tmp_path / "out" / "scores.csv")} == {
+        "agent.name=proto pretrain_frames=0", "agent.name=proto pretrain_frames=4000"}

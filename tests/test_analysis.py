@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import copy
 import math
+import re
 import shutil
 
 import imageio.v3 as iio
@@ -25,6 +26,7 @@ from protorl.analysis.maps import closest_samples, wall_rectangles
 from protorl.analysis.monitor import AnalysisMonitor
 from protorl.analysis.report import NotARunError, analyze_run
 from protorl.analysis.variance import proto_candidates, reward_variance, spread
+from protorl.checkpoint import SnapshotError
 from protorl.cli import analyze
 from protorl.config import AgentConfig, Config, ConfigError, validate
 from protorl.envs import DMCEnv
@@ -207,6 +209,18 @@ def test_exact_resume_with_analyses_and_no_effect_on_training(tmp_path):
     assert not (plain / "analysis.csv").exists()
     timing = ("fps", "total_time_s")
     assert without(read_csv(plain / "train.csv")[1], *timing) == without(read_csv(straight / "train.csv")[1], *timing)
+
+
+def test_resuming_with_other_analysis_settings_is_refused_with_a_reason(tmp_path):
+    cfg = tiny_config(tmp_path)
+    run_dir = tmp_path / "run"
+    Trainer(cfg, "pretrain", cfg.env, run_dir).run()
+    state = torch.load(run_dir / "checkpoints" / "checkpoint_1000.pt", weights_only=True)
+    for other, reason in [(tiny_config(tmp_path, analysis_every_frames=None), "written with analyses on"),
+                          (tiny_config(tmp_path, coverage_bins=7), "coverage histogram has shape (20, 20)")]:
+        trainer = Trainer(other, "pretrain", cfg.env, tmp_path / f"other_{other.coverage_bins}")
+        with pytest.raises(SnapshotError, match=re.escape(reason)):
+            trainer.load_state_dict(state)
 
 
 def test_config_checks_analysis_values():

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from protorl.checkpoint import SnapshotError, list_checkpoints, load_checkpoint
+from protorl.checkpoint import CHECKPOINT_VERSION, SnapshotError, list_checkpoints, load_checkpoint
 from protorl.snapshot import load_snapshot
 from tests.test_cli import TINY, assert_ok, protorl, read_csv
 
@@ -127,10 +127,17 @@ MARKER = Path("/tmp/protorl_checkpoint_pickle_ran")
 def test_malicious_checkpoint_is_refused_not_executed(tmp_path):
     MARKER.unlink(missing_ok=True)
     path = tmp_path / "checkpoint_1.pt"
-    torch.save({"checkpoint_version": 1, "agent": _RunsCode()}, path)
+    torch.save({"checkpoint_version": CHECKPOINT_VERSION, "agent": _RunsCode()}, path)
     with pytest.raises(SnapshotError, match=str(path)):
         load_checkpoint(path)
     assert not MARKER.exists()
+
+
+def test_checkpoint_of_an_older_format_is_refused_with_a_way_out(tmp_path):
+    path = tmp_path / "checkpoint_1000.pt"
+    torch.save({"checkpoint_version": CHECKPOINT_VERSION - 1, "agent": {}}, path)
+    with pytest.raises(SnapshotError, match=r"found 1.*resume=false"):
+        load_checkpoint(path)
 
 
 def test_checkpoints_by_wall_time(tmp_path):

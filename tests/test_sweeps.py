@@ -75,6 +75,18 @@ def test_two_tasks_by_two_seeds_sweep_gives_one_run_per_job(tmp_path, launcher):
         ("point_mass_easy", "proto", "2"), ("cartpole_balance", "proto", "2")}
 
 
+def test_a_failing_job_does_not_stop_the_sweep_and_the_index_names_it(tmp_path):
+    sweep_dir = tmp_path / "sweep"
+    result = sweep("pretrain", sweep_dir, *TINY_TRAIN, "env=point_mass_easy", "agent.lr=-1,0.0001")
+    assert result.returncode == 1, result.stderr
+    assert "protorl: error: invalid config value agent.lr=-1.0" in result.stderr
+    rows = {next(o for o in row["overrides"].split() if o.startswith("agent.lr=")): row
+            for row in read_index(sweep_dir)}
+    assert rows["agent.lr=-1"]["complete"] == "false"  # stopped before any phase
+    done = rows["agent.lr=0.0001"]
+    assert (done["complete"], done["phases"]) == ("true", "pretrain:complete")  # ran after the failed job
+
+
 def test_one_pretraining_serves_several_downstream_tasks(tmp_path):
     run_dir = tmp_path / "multi"
     tasks = ["point_mass_maze_reach_center", "point_mass_maze_reach_top_left"]

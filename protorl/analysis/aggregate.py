@@ -32,8 +32,9 @@ try:
 except ImportError as error:  # an optional dependency
     raise ImportError("protorl-aggregate needs rliable: pip install 'protorl[sweep]'") from error
 
-# DMC rewards lie in [0, 1] per step over 1000-step episodes, so returns lie in [0, 1000]: dividing by this
-# maps scores to [0, 1] for rliable's aggregates and performance profiles.
+# DMC rewards lie in [0, 1] per control step, so a task's returns lie in [0, control steps per episode]:
+# 1000 for the suite's tasks, the maze and the walker set; 250 for Reach Duplo (appendix C.1). Dividing by
+# that maps scores to [0, 1] for rliable's aggregates and performance profiles.
 DMC_MAX_RETURN = 1000.0
 METRICS = {"IQM": metrics.aggregate_iqm, "Mean": metrics.aggregate_mean, "Median": metrics.aggregate_median,
            "Optimality Gap": metrics.aggregate_optimality_gap}
@@ -48,16 +49,30 @@ class Metric:
     column: str
     csv_name: str
     downstream: bool  # finetune*/ phases (one per task); else the pretrain/ phase
-    scale: float  # final values are divided by this for rliable, which expects scores in [0, 1]
+    scale: float | None  # final values are divided by this for rliable (scores in [0, 1]); None: max_return()
     label: str
 
+    def normaliser(self, task: str) -> float:
+        return max_return(task) if self.scale is None else self.scale
 
-RETURN = Metric("episode_reward", "eval.csv", True, DMC_MAX_RETURN, "eval episode return")
+
+RETURN = Metric("episode_reward", "eval.csv", True, None, "eval episode return")
 
 
 def pretraining_metric(column: str) -> Metric:
     """A column of `pretrain/analysis.csv`, e.g. `coverage/entropy` (already in [0, 1])."""
     return Metric(column, "analysis.csv", False, 1.0, column)
+
+
+def max_return(task: str) -> float:
+    """The highest return of `task`: one per control step of its episode (DMC rewards lie in [0, 1])."""
+    from protorl.envs import reach_duplo, split_task
+
+    try:
+        domain = split_task(task)[0]
+    except ValueError:  # a task this protorl does not know: the suite's episode length
+        return DMC_MAX_RETURN
+    return float(reach_duplo.EPISODE_STEPS) if domain == reach_duplo.DOMAIN else DMC_MAX_RETURN
 
 
 class AggregateError(ValueError):
@@ -145,13 +160,37 @@ def read_records(run_dir: Path, group_by: list[str], metric: Metric = RETURN) ->
     return records
 
 
+def flat_config(run_dir: Path) -> dict[str, object]:
+    """The run's config as {dotted key: value}, without `run_dir`."""
+    def flatten(node, prefix: str = ""):
+        if isinstance(node, dict):
+            for key, value in node.items():
+                yield from flatten(value, f"{prefix}{key}.")
+        else:
+            yield prefix[:-1], node
+
+    config = OmegaConf.to_container(OmegaConf.load(run_dir / "config.yaml"))
+    return {key: value for key, value in flatten(config) if key != "run_dir"}
+
+
 def deduplicate(records: list[Record]) -> tuple[list[Record], list[Record]]:
-    """One record per (method, task, seed), preferring complete ones, then the longest curve; and the rest."""
+    """One record per (method, task, seed), preferring complete ones, then the longest curve; and the rest.
+
+    Records of one (method, task, seed) from runs whose configs differ are different experiments, not
+    repeats: that raises `AggregateError` naming the keys to add to `--group-by`."""
     groups = defaultdict(list)
     for record in records:
         groups[record.method, record.task, record.seed].append(record)
     kept, dropped = [], []
-    for group in groups.values():
+    for (method, task, seed), group in groups.items():
+        configs = [flat_config(record.path.parent) for record in group]
+        differing = sorted({key for config in configs[1:] for key in config.keys() | configs[0].keys()
+                            if config.get(key) != configs[0].get(key)})
+        if differing:
+            raise AggregateError(f"{method} on {task} seed {seed} comes from runs with different configs "
+                                 f"({', '.join(str(r.path.parent) for r in group)}; they differ in "
+                                 f"{', '.join(differing)}): add the keys that tell them apart to --group-by, "
+                                 f"e.g. --group-by agent.name {differing[0]}")
         group.sort(key=lambda r: (r.status != COMPLETE, -len(r.frames), str(r.path)))
         kept.append(group[0])
         dropped.extend(group[1:])
@@ -205,12 +244,12 @@ def markdown_table(rows: list[dict], label: str) -> str:
     return "\n".join(lines)
 
 
-def score_matrices(complete: list[Record], scale: float) -> tuple[dict[str, np.ndarray], list[str]]:
+def score_matrices(complete: list[Record], metric: Metric) -> tuple[dict[str, np.ndarray], list[str]]:
     """Per method, normalised final scores (seeds, tasks) over its tasks and the seeds complete on all of
     them; and a line per method: the seeds and tasks used, or why it is skipped."""
     by_method = defaultdict(dict)
     for record in complete:
-        by_method[record.method][record.task, record.seed] = record.final / scale
+        by_method[record.method][record.task, record.seed] = record.final / metric.normaliser(record.task)
     matrices, lines = {}, []
     for method, scores in sorted(by_method.items()):
         tasks = sorted({task for task, _ in scores})
@@ -329,7 +368,7 @@ def aggregate_runs(paths: list[Path], out: Path, group_by: list[str], reps: int 
     """Write the tables, statistics and plots of the runs under `paths` into `out`; returns the summary."""
     runs = discover_runs(paths)
     records, duplicates = deduplicate([r for run in runs for r in read_records(run, group_by, metric)])
-    normalised = metric.label if metric.scale == 1 else f"{metric.label} / {metric.scale:g}"
+    normalised = metric.label if metric.scale == 1 else f"{metric.label} / the task's maximum return"
     complete = [r for r in records if r.status == COMPLETE]
     out.mkdir(parents=True, exist_ok=True)
     lines = [f"protorl aggregate of {', '.join(map(str, paths))}",
@@ -351,7 +390,7 @@ def aggregate_runs(paths: list[Path], out: Path, group_by: list[str], reps: int 
         colors = {method: f"C{i}" for i, method in enumerate(sorted({r.method for r in complete}))}
         written += write_scores(rows, out, metric.label) + plot_curves(complete, colors, out / "curves", metric.label)
         lines += ["", markdown_table(rows, metric.label), ""]
-        matrices, used = score_matrices(complete, metric.scale)
+        matrices, used = score_matrices(complete, metric)
         lines.append(f"  rliable ({normalised}, {reps} bootstrap reps, numpy seed {seed}):")
         lines += [f"    {line}" for line in used]
         if matrices:

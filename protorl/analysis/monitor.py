@@ -36,6 +36,7 @@ from protorl.analysis.maps import (
     write_animation,
 )
 from protorl.analysis.variance import embed, has_prototypes, reward_variance
+from protorl.checkpoint import SnapshotError
 from protorl.config import Config
 from protorl.envs import DMCEnv
 from protorl.logger import CSVFile, Logger
@@ -133,6 +134,11 @@ class AnalysisMonitor:
 
     def load_state_dict(self, state: dict) -> None:
         """Continue from `state_dict()`; rows written after it are dropped from `analysis.csv`."""
+        saved_shape = None if state["counts"] is None else tuple(state["counts"].shape)
+        if saved_shape != (None if self.counts is None else self.counts.shape):
+            raise SnapshotError(f"checkpoint's coverage histogram has shape {saved_shape}, this run's "
+                                f"{None if self.counts is None else self.counts.shape}: resume with the run's own "
+                                "coverage_bins, or start over with resume=false")
         self.next_frames, self.last_frames = int(state["next_frames"]), int(state["last_frames"])
         self.csv.truncate(state["csv"])
         if self.counts is not None:
