@@ -50,7 +50,7 @@ class APTAgent(Agent):
         return {"encoder": self.encoder, "projector": self.projector}
 
     def representation_optimizers(self) -> dict[str, torch.optim.Optimizer]:
-        return {"repr": self.repr_optimizer} if self.train_representation else {}
+        return {"repr": self.repr_optimizer}
 
     def project(self, features: torch.Tensor) -> torch.Tensor:
         """(B, repr) -> L2-normalised projections (B, D): the space of the contrastive loss and the reward."""

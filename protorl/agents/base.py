@@ -58,12 +58,13 @@ class Agent:
     # -- what the subclass defines ----------------------------------------------------------------------
     def build(self) -> None:
         """Create the agent's own modules and optimisers; `self.encoder` and `self.sac` exist already."""
+
     def representation_modules(self) -> dict[str, nn.Module]:
         """The networks a snapshot carries and downstream freezes (state_dict-able objects)."""
         return {"encoder": self.encoder}
 
     def representation_optimizers(self) -> dict[str, torch.optim.Optimizer]:
-        """Optimisers of the representation; empty once it is frozen."""
+        """Optimisers of the representation; checkpoints carry them while `train_representation`."""
         return {}
 
     def update_pretrain(self, obs, action, discount, next_obs, step: int) -> dict[str, float]:

@@ -22,7 +22,7 @@ class DrQAgent(Agent):
         self.encoder_optimizer = make_adam(self.encoder.parameters(), self.cfg.lr)
 
     def representation_optimizers(self) -> dict[str, torch.optim.Optimizer]:
-        return {"encoder": self.encoder_optimizer} if self.train_representation else {}
+        return {"encoder": self.encoder_optimizer}
 
     def update_online(self, obs, action, reward, discount, next_obs, step: int) -> dict[str, float]:
         metrics = self.update_sac_through_encoder(obs, action, reward, discount, next_obs, step,

@@ -90,7 +90,7 @@ class ICMAgent(DrQAgent):
         return {"encoder": self.encoder, "icm": self.icm, "curiosity_stats": self.curiosity_stats}
 
     def representation_optimizers(self) -> dict[str, torch.optim.Optimizer]:
-        return {"encoder": self.encoder_optimizer, "icm": self.icm_optimizer} if self.train_representation else {}
+        return {"encoder": self.encoder_optimizer, "icm": self.icm_optimizer}
 
     def update_pretrain(self, obs, action, discount, next_obs, step: int) -> dict[str, float]:
         features, next_features = self.encoder(torch.cat([obs, next_obs])).chunk(2)  # (B, R) each, with gradient

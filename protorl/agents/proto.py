@@ -116,7 +116,7 @@ class ProtoAgent(Agent):
                 "projector_target": self.projector_target, "queue": self.queue}
 
     def representation_optimizers(self) -> dict[str, torch.optim.Optimizer]:
-        return {"repr": self.repr_optimizer} if self.train_representation else {}
+        return {"repr": self.repr_optimizer}
 
     def load_pretrained(self, state: dict) -> None:
         """Start downstream from a snapshot: its representation, queue and actor; the critic and the SAC
