@@ -222,22 +222,24 @@ def score_table(complete: list[Record]) -> list[dict]:
              "n_seeds": len(scores)} for (task, method), scores in sorted(groups.items())]
 
 
-def write_scores(rows: list[dict], out: Path, label: str) -> list[Path]:
+def write_scores(rows: list[dict], out: Path, metric: Metric) -> list[Path]:
     """`scores.csv` (tidy) and `scores.md` (one row per task, one column per method)."""
     with open(out / "scores.csv", "w", newline="") as f:
         writer = csv.DictWriter(f, fieldnames=["task", "method", "mean", "std", "n_seeds"])
         writer.writeheader()
         writer.writerows(rows)
-    (out / "scores.md").write_text(markdown_table(rows, label) + "\n")
+    (out / "scores.md").write_text(markdown_table(rows, metric) + "\n")
     return [out / "scores.csv", out / "scores.md"]
 
 
-def markdown_table(rows: list[dict], label: str) -> str:
+def markdown_table(rows: list[dict], metric: Metric) -> str:
     """One row per task, one column per method, cells `mean ± std (n seeds)`."""
     methods = sorted({row["method"] for row in rows})
-    cells = {(row["task"], row["method"]): f"{row['mean']:.1f} ± {row['std']:.1f} ({row['n_seeds']} seeds)"
+    digits = 1 if metric.scale is None else 3  # returns in the hundreds; analysis values around [0, 1]
+    cells = {(row["task"], row["method"]): f"{row['mean']:.{digits}f} ± {row['std']:.{digits}f} "
+                                           f"({row['n_seeds']} seed{'s' if row['n_seeds'] > 1 else ''})"
              for row in rows}
-    lines = [f"Final {label}: mean ± population std (ddof=0) over seeds.", "",
+    lines = [f"Final {metric.label}: mean ± population std (ddof=0) over seeds.", "",
              "| task | " + " | ".join(methods) + " |", "|---" * (len(methods) + 1) + "|"]
     for task in sorted({row["task"] for row in rows}):
         lines.append(f"| {task} | " + " | ".join(cells.get((task, m), "–") for m in methods) + " |")
@@ -388,8 +390,8 @@ def aggregate_runs(paths: list[Path], out: Path, group_by: list[str], reps: int 
     else:
         rows = score_table(complete)
         colors = {method: f"C{i}" for i, method in enumerate(sorted({r.method for r in complete}))}
-        written += write_scores(rows, out, metric.label) + plot_curves(complete, colors, out / "curves", metric.label)
-        lines += ["", markdown_table(rows, metric.label), ""]
+        written += write_scores(rows, out, metric) + plot_curves(complete, colors, out / "curves", metric.label)
+        lines += ["", markdown_table(rows, metric), ""]
         matrices, used = score_matrices(complete, metric)
         lines.append(f"  rliable ({normalised}, {reps} bootstrap reps, numpy seed {seed}):")
         lines += [f"    {line}" for line in used]
