@@ -18,7 +18,8 @@ from tests.test_cli import TINY, assert_ok, assert_user_error, protorl
 
 EXPERIMENTS = sorted(p.stem for p in (Path(__file__).parents[1] / "protorl" / "conf" / "experiment").glob("*.yaml"))
 SWEEP_TIMEOUT_S = 600
-TINY_TRAIN = [*TINY, "pretrain_frames=1000", "finetune_frames=1000", "snapshot_at_frames=[]",
+# States (no rendering) and one episode per phase: these tests are about launching, not learning.
+TINY_TRAIN = [*TINY, "obs=states", "pretrain_frames=1000", "finetune_frames=1000", "snapshot_at_frames=[]",
               "checkpoint_every_frames=null", "analysis_every_frames=null"]
 
 
@@ -114,6 +115,7 @@ def test_every_experiment_preset_composes_to_a_valid_sweep(name):
 
     import protorl.cli  # noqa: F401 - registers the config schema with Hydra
     from protorl.config import validate
+    from protorl.envs import check_task
 
     command = "pretrain" if name.startswith(("fig9", "fig10")) else "train"
     with initialize_config_module("protorl.conf", version_base="1.3"):
@@ -122,6 +124,9 @@ def test_every_experiment_preset_composes_to_a_valid_sweep(name):
     assert params, f"experiment {name} sweeps nothing"
     assert name in cfg.hydra.sweep.dir
     values = {key: str(value).split(",") for key, value in params.items() if not str(value).startswith("range(")}
+    for task in values.get("env", []):  # every task is valid; one of them is composed below
+        check_task(task)
+    values = {key: options[:1] if key == "env" else options for key, options in values.items()}
     jobs = [[f"{key}={option}"] for key, options in values.items() for option in options]  # each value once
     for job in jobs:
         with initialize_config_module("protorl.conf", version_base="1.3"):
