@@ -68,10 +68,12 @@ class Agent:
         return {}
 
     def update_pretrain(self, obs, action, discount, next_obs, step: int) -> dict[str, float]:
-        raise NotImplementedError
+        """One task-agnostic update on augmented batch tensors; defined by agents that pre-train."""
+        raise TypeError(f"agent {self.name!r} defines no task-agnostic update")
 
     def update_online(self, obs, action, reward, discount, next_obs, step: int) -> dict[str, float]:
-        raise NotImplementedError
+        """One update that also trains the representation on the task reward; defined by `learns_online` agents."""
+        raise TypeError(f"agent {self.name!r} cannot learn its representation from the task reward")
 
     # -- acting -------------------------------------------------------------------------------------
     @torch.no_grad()
