@@ -143,12 +143,9 @@ class Trainer:
                 self.updates += 1
 
             time_step = env.step(action)
+            self.replay.add(time_step.frame, action, time_step.reward, time_step.discount, self._kept_state(time_step))
             if self.monitor is not None:
-                self.replay.add(time_step.frame, action, time_step.reward, time_step.discount,
-                                time_step.physical_state)
                 self.monitor.record(time_step.physical_state)
-            else:
-                self.replay.add(time_step.frame, action, time_step.reward, time_step.discount)
             episode_reward += time_step.reward
             episode_steps += 1
             self.agent_steps += 1
@@ -176,12 +173,14 @@ class Trainer:
 
     def _begin_episode(self):
         time_step = self.env.reset()
+        self.replay.add_first(time_step.frame, self._kept_state(time_step))
         if self.monitor is not None:
-            self.replay.add_first(time_step.frame, time_step.physical_state)
             self.monitor.record(time_step.physical_state)
-        else:
-            self.replay.add_first(time_step.frame)
         return time_step
+
+    def _kept_state(self, time_step):
+        """The physical state the replay keeps next to the frame: only while analyses need it."""
+        return time_step.physical_state if self.monitor is not None else None
 
     def _elapsed(self) -> float:
         return self._elapsed_before + time.time() - self._start

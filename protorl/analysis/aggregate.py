@@ -81,7 +81,7 @@ class AggregateError(ValueError):
 
 @dataclass
 class Record:
-    """One downstream phase of one run: its evaluation curve and whether it finished."""
+    """One phase of one run (downstream, or pre-training for `--metric`): its curve and whether it finished."""
 
     method: str
     agent: str
@@ -183,7 +183,7 @@ def deduplicate(records: list[Record]) -> tuple[list[Record], list[Record]]:
         groups[record.method, record.task, record.seed].append(record)
     kept, dropped = [], []
     for (method, task, seed), group in groups.items():
-        configs = [flat_config(record.path.parent) for record in group]
+        configs = [flat_config(record.path.parent) for record in group] if len(group) > 1 else [{}]
         differing = sorted({key for config in configs[1:] for key in config.keys() | configs[0].keys()
                             if config.get(key) != configs[0].get(key)})
         if differing:
