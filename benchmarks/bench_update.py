@@ -187,6 +187,23 @@ def _run_worker(kind: str, batch_size: int, phase: str, steps: int) -> dict:
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
+def _diagnostics_ms(batch_size: int, repeats: int = 50) -> float:
+    """Milliseconds for one update's collapse diagnostics (protorl.diagnostics) at the paper's M = 512, D = 128."""
+    import torch
+    import torch.nn.functional as F
+
+    from protorl.diagnostics import projection_diagnostics, sinkhorn_entropy
+
+    raw, prototypes = torch.randn(batch_size, 128), F.normalize(torch.randn(512, 128), dim=1)
+    q = torch.softmax(torch.randn(batch_size, 512), dim=1)
+    for _ in range(3):
+        projection_diagnostics(raw, raw, prototypes), sinkhorn_entropy(q)
+    start = time.perf_counter()
+    for _ in range(repeats):
+        projection_diagnostics(raw, raw, prototypes), sinkhorn_entropy(q)
+    return (time.perf_counter() - start) / repeats * 1e3
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quick", action="store_true", help="skip the batch-512 rows")
@@ -234,6 +251,10 @@ def main() -> None:
     for task in ("point_mass_easy", "walker_walk"):
         for obs in ("pixels", "states"):
             print(f"| {task} | {obs} | {_env_fps(task, obs):.0f} |", flush=True)
+
+    batches = (32,) if args.quick else (32, 512)
+    print("\ncollapse diagnostics (repr/*) per update: "
+          + ", ".join(f"batch {b} {_diagnostics_ms(b):.2f} ms" for b in batches))
 
     import numpy as np
 

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import torch
 
-CHECKPOINT_VERSION = 2  # 2: per-agent optimisers, physical states in the replay, analysis state
+CHECKPOINT_VERSION = 3  # 2: per-agent optimisers, physical states, analysis state; 3: the projector with its statistics
 
 
 class SnapshotError(ValueError):

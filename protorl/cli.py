@@ -93,6 +93,10 @@ def run(cfg: DictConfig, command: str) -> None:
         finish_run(wandb_run)
     plot = plot_curves(results, run_dir / "curves.png")
     print(summary(results, plot), flush=True)
+    if (run_dir / "pretrain" / "analysis.csv").is_file():  # what protorl-analyze RUN_DIR prints and plots
+        from protorl.analysis.report import analyze_run
+
+        print(analyze_run(run_dir), flush=True)
 
 
 def run_phase(config: Config, phase: str, task: str, out_dir: Path, pretrained: dict | None = None):
@@ -183,7 +187,8 @@ def aggregate(argv: list[str] | None = None) -> None:
                         help="run directories (holding config.yaml) or sweep directories holding them")
     parser.add_argument("--out", type=Path, default=Path("aggregate"), help="output directory (default: aggregate)")
     parser.add_argument("--group-by", nargs="+", default=["agent.name"], metavar="KEY",
-                        help="dotted config keys whose values label a method (default: agent.name)")
+                        help="dotted config keys whose values label a method (default: agent.name); "
+                             "'agent': the agent config chosen, e.g. proto_paper vs proto")
     parser.add_argument("--reps", type=int, default=2000, help="bootstrap replications (default: 2000)")
     parser.add_argument("--seed", type=int, default=0, help="numpy seed of the bootstrap (default: 0)")
     parser.add_argument("--metric", default=None, metavar="COLUMN",

@@ -39,12 +39,23 @@ class AgentConfig:
     num_prototypes: int = 512
     temperature: float = 0.1  # softmax temperature tau
     sinkhorn_iters: int = 3
+    ssl_update_every: int = 1  # an L_SSL step every N agent updates (the paper's text: 1; its code: 2)
     encoder_target_update_every: int = 2
     encoder_target_tau: float = 0.05
+    # between the linear projector and the L2 normalisation: "none" (the paper), or a departure that keeps
+    # the projections from collapsing, "center" (subtract the mean) or "batchnorm" (protorl/proto.py, Projector)
+    anti_collapse: str = "none"
+    anti_collapse_momentum: float = 0.1  # of its running statistics (BatchNorm's default)
     augment_pad: int = 4  # random shift of +-4 pixels; 0 disables augmentation
     # Entropy-based intrinsic reward (appendix C.3)
     candidates_per_prototype: int = 4  # T: queue size is num_prototypes * T
     knn_k: int = 3
+    # false (the paper): enqueue a batch's candidates, then score it, so at small batches a frame's k nearest
+    # include copies of itself; true: score against the candidates of earlier batches, then enqueue
+    reward_before_enqueue: bool = False
+    # where the k-NN distances are measured: "sphere" (the paper: L2-normalised projections) or "raw" (the
+    # projections before L2 normalisation over their running RMS spread; needed with anti_collapse != none)
+    reward_space: str = "sphere"
     intr_coef: float = 0.2  # downstream alpha in r + alpha * r_intr
     # State encoder used when env.obs == "states" (replaces the conv encoder)
     state_hidden_dim: int = 256
@@ -102,6 +113,7 @@ class Config:
     # Pre-training analyses (protorl/analysis/): state coverage, maze maps, k-NN reward variance
     analysis_every_frames: int | None = 50_000  # also once at the end of pre-training; None: no analyses
     coverage_bins: int = 20  # bins per coverage coordinate (e.g. 20 x 20 cells of the maze's x, y)
+    random_reference: bool = True  # also report the coverage of a uniform-random policy over the same frames
     variance_probes: int = 128  # probe states whose reward variance is measured, drawn once from the replay
     variance_repeats: int = 10  # candidate sets drawn per scheme (proto, uniform) and analysis
     map_samples: int = 2048  # replay observations encoded to place each prototype on the maze map
@@ -116,10 +128,10 @@ _POSITIVE_INTS = {
 _POSITIVE_AGENT_INTS = {
     "batch_size", "feature_dim", "hidden_dim", "hidden_depth", "actor_update_every",
     "critic_target_update_every", "proj_dim", "pred_hidden_dim", "num_prototypes", "sinkhorn_iters",
-    "encoder_target_update_every", "candidates_per_prototype", "knn_k", "state_hidden_dim",
+    "encoder_target_update_every", "ssl_update_every", "candidates_per_prototype", "knn_k", "state_hidden_dim",
     "icm_proj_dim", "icm_hidden_dim", "apt_proj_dim", "apt_knn_k",
 }
-_UNIT_INTERVAL_AGENT = {"discount", "critic_target_tau", "encoder_target_tau"}
+_UNIT_INTERVAL_AGENT = {"discount", "critic_target_tau", "encoder_target_tau", "anti_collapse_momentum"}
 
 
 def validate(cfg: Config, command: str) -> None:
@@ -160,6 +172,14 @@ def validate(cfg: Config, command: str) -> None:
              "(the neighbours come from the same batch)")
     if not cfg.agent.apt_temperature > 0:
         fail("agent.apt_temperature", cfg.agent.apt_temperature, "a positive number")
+    from protorl.proto import ANTI_COLLAPSE, REWARD_SPACES
+
+    if cfg.agent.anti_collapse not in ANTI_COLLAPSE:
+        fail("agent.anti_collapse", cfg.agent.anti_collapse, f"one of {', '.join(ANTI_COLLAPSE)}")
+    if cfg.agent.reward_space not in REWARD_SPACES:
+        fail("agent.reward_space", cfg.agent.reward_space, f"one of {', '.join(REWARD_SPACES)}")
+    if cfg.agent.anti_collapse == "batchnorm" and cfg.agent.batch_size < 2:
+        fail("agent.batch_size", cfg.agent.batch_size, "at least 2 with agent.anti_collapse=batchnorm")
     if cfg.agent.lr <= 0:
         fail("agent.lr", cfg.agent.lr, "a positive number")
     if cfg.agent.temperature <= 0 or cfg.agent.init_temperature <= 0:

@@ -13,6 +13,7 @@ TRAIN_COLUMNS = [
     "frames", "agent_steps", "episode", "episode_reward", "episode_length_frames", "fps", "total_time_s",
     "repr_loss", "critic_loss", "critic_q", "actor_loss", "alpha", "actor_entropy",
     "intr_reward_mean", "intr_reward_std", "extr_reward_mean", "icm_forward_loss", "icm_inverse_loss",
+    "repr/distinct_prototypes", "repr/target_entropy", "repr/projection_spread", "repr/shared_direction",
 ]
 EVAL_COLUMNS = ["frames", "agent_steps", "episode_reward", "episode_reward_std", "episodes", "total_time_s"]
 

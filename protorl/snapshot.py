@@ -10,7 +10,7 @@ from pathlib import Path
 
 from protorl.checkpoint import SnapshotError, atomic_save, safe_load
 
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2  # 2: the projector as `linear` plus its statistics (anti_collapse, reward_space)
 
 __all__ = ["SnapshotError", "check_architecture", "check_spec", "load_snapshot", "save_snapshot"]
 
@@ -24,7 +24,8 @@ def save_snapshot(path: Path, agent_state: dict, env_spec: dict, config: dict, f
 
 # agent settings that fix which networks a snapshot holds and their shapes: every agent's, and each one's own
 ARCHITECTURE_KEYS = ("name", "feature_dim", "hidden_dim", "hidden_depth", "state_hidden_dim")
-AGENT_ARCHITECTURE_KEYS = {"proto": ("proj_dim", "pred_hidden_dim", "num_prototypes", "candidates_per_prototype"),
+AGENT_ARCHITECTURE_KEYS = {"proto": ("proj_dim", "pred_hidden_dim", "num_prototypes", "candidates_per_prototype",
+                                     "anti_collapse", "reward_space"),
                            "icm": ("icm_proj_dim", "icm_hidden_dim"), "apt": ("apt_proj_dim",)}
 
 
@@ -33,7 +34,9 @@ def load_snapshot(path: str | Path, env_spec: dict | None = None, agent_config=N
     path = Path(path)
     payload = safe_load(path, "snapshot")
     if payload.get("format_version") != FORMAT_VERSION:
-        raise SnapshotError(f"snapshot {path}: not a protorl snapshot of format version {FORMAT_VERSION}")
+        raise SnapshotError(f"snapshot {path}: not a protorl snapshot of format version {FORMAT_VERSION} (found "
+                            f"{payload.get('format_version')!r}; snapshots of format 1 predate protorl 0.2's head: "
+                            "pre-train again)")
     missing = [key for key in ("agent", "env_spec", "config", "frames") if key not in payload]
     if missing:
         raise SnapshotError(f"snapshot {path}: incomplete, missing {', '.join(missing)}")

@@ -30,6 +30,14 @@ def phase_states(run_dir: Path) -> dict[str, str]:
     return {p.name: "complete" if (p / "result.json").is_file() else "incomplete" for p in phases}
 
 
+def agent_choice(run_dir: Path, cfg: DictConfig) -> str:
+    """The agent config a run was started with (`agent=proto_paper` and `agent=proto` are both agent.name
+    "proto"), from Hydra's record of the run; its agent.name if the run has none."""
+    hydra_file = run_dir / ".hydra" / "hydra.yaml"
+    choice = OmegaConf.load(hydra_file).hydra.runtime.choices.get("agent") if hydra_file.is_file() else None
+    return str(choice or OmegaConf.select(cfg, "agent.name", default=""))
+
+
 def index_row(run_dir: Path, sweep_dir: Path) -> dict[str, str]:
     """One job of a sweep: where it ran, what it overrode, and how far it got."""
     overrides_file = run_dir / ".hydra" / "overrides.yaml"
@@ -37,7 +45,7 @@ def index_row(run_dir: Path, sweep_dir: Path) -> dict[str, str]:
     cfg = OmegaConf.load(run_dir / "config.yaml") if (run_dir / "config.yaml").is_file() else OmegaConf.create()
     states = phase_states(run_dir)
     return {"run_dir": str(run_dir.relative_to(sweep_dir)), "overrides": " ".join(overrides),
-            "agent": OmegaConf.select(cfg, "agent.name", default=""), "env": cfg.get("env", ""),
+            "agent": agent_choice(run_dir, cfg), "env": cfg.get("env", ""),
             "seed": cfg.get("seed", ""), "phases": " ".join(f"{name}:{state}" for name, state in states.items()),
             "complete": str(bool(states) and all(s == "complete" for s in states.values())).lower()}
 

@@ -6,6 +6,7 @@ An agent step applies one action for `action_repeat` frames; frames = agent_step
 from __future__ import annotations
 
 import json
+import logging
 import math
 import random
 import sys
@@ -22,12 +23,15 @@ from protorl.agents import make_agent
 from protorl.analysis.monitor import AnalysisMonitor
 from protorl.checkpoint import SnapshotError, list_checkpoints, load_checkpoint, save_checkpoint
 from protorl.config import Config
+from protorl.diagnostics import collapse_message
 from protorl.envs import make_env
 from protorl.logger import Logger
 from protorl.replay import ReplayBuffer
 from protorl.snapshot import check_architecture, check_spec, save_snapshot
 from protorl.tracking import phase_tracker
 from protorl.utils import resolve_device, set_seed
+
+log = logging.getLogger("protorl")
 
 
 class TrainingDiverged(RuntimeError):
@@ -82,6 +86,9 @@ class Trainer:
             check_spec(source, pretrained["env_spec"], self.env.spec())
             check_architecture(source, pretrained["config"].get("agent", {}), cfg.agent)
             self.agent.load_pretrained(pretrained["agent"])
+        # downstream from a snapshot, the pre-trained exploration actor collects the seed transitions (the paper's
+        # code: its random steps are the run's first ones only); otherwise they are uniform-random actions
+        self.seeds_with_actor = pretrained is not None and self.agent.loads_pretrained_actor
         self.analyses = phase == "pretrain" and cfg.analysis_every_frames is not None
         self.replay = ReplayBuffer(self.env.frame_shape, self.env.frame_dtype, self.env.action_shape,
                                    cfg.replay_capacity, self.env.frame_stack, seed=cfg.seed,
@@ -100,6 +107,7 @@ class Trainer:
         self.result = PhaseResult(phase, task, 0, 0, 0.0, out_dir)
         self._rng = np.random.default_rng(cfg.seed)
         self._elapsed_before = 0.0  # wall time of the run before a resume
+        self._collapse_warned = False
         self._start = time.time()
 
     @property
@@ -132,7 +140,7 @@ class Trainer:
                 self.save_snapshot(self.frames)
 
             seeding = self.agent_steps < cfg.seed_transitions
-            if seeding:
+            if seeding and not self.seeds_with_actor:
                 action = self._rng.uniform(-1.0, 1.0, size=env.action_shape).astype(np.float32)
             else:
                 action = self.agent.act(time_step.obs, sample=True)
@@ -199,14 +207,22 @@ class Trainer:
         now = time.time()
         fps = (self.frames - self._last_log_frames) / max(now - self._last_log_time, 1e-9)
         if self.result.episodes % self.cfg.log_every_episodes == 0:
-            self.logger.log_train({
+            row = self.logger.log_train({
                 "frames": self.frames, "agent_steps": self.agent_steps, "episode": self.result.episodes,
                 "episode_reward": episode_reward, "episode_length_frames": episode_steps * self.env.action_repeat,
                 "fps": fps, "total_time_s": self._elapsed()})
             self._last_log_time, self._last_log_frames = now, self.frames
+            self._warn_if_collapsed(row)
         self._bar.set_postfix(episode_reward=f"{episode_reward:.1f}", fps=f"{fps:.0f}")
         if self.monitor is not None:
             self.monitor.end_episode(self.frames)
+
+    def _warn_if_collapsed(self, row: dict) -> None:
+        """One warning per phase, the first time a logged row shows a collapsed representation."""
+        message = None if self._collapse_warned else collapse_message(row, self.cfg.agent.num_prototypes)
+        if message is not None:
+            log.warning("%s %s", self.phase, message)
+            self._collapse_warned = True
 
     def evaluate(self) -> None:
         """Run `eval_episodes` episodes with the policy's mean action; log their mean return."""
@@ -258,6 +274,7 @@ class Trainer:
             "pending_snapshot_frames": list(self.pending_snapshot_frames),
             "eval_rewards": [list(pair) for pair in self.result.eval_rewards],
             "snapshots": [str(p) for p in self.result.snapshots], "elapsed_s": self._elapsed(),
+            "collapse_warned": self._collapse_warned,
             "agent": self.agent.state_dict(), "replay": self.replay.state_dict(),
             "logger": self.logger.state_dict(self.frames),
             "monitor": None if self.monitor is None else self.monitor.state_dict(),
@@ -282,6 +299,7 @@ class Trainer:
         self.result.eval_rewards = [(int(f), float(r)) for f, r in state["eval_rewards"]]
         self.result.snapshots = [Path(p) for p in state["snapshots"]]
         self._elapsed_before = float(state["elapsed_s"])
+        self._collapse_warned = bool(state["collapse_warned"])
         self.agent.load_state_dict(state["agent"])
         self.replay.load_state_dict(state["replay"])
         self.logger.load_state_dict(state["logger"])

@@ -232,3 +232,17 @@ def test_runs_of_one_method_task_and_seed_with_different_configs_ask_for_group_b
                   "pretrain_frames")
     assert {row["method"] for row in read_rows(tmp_path / "out" / "scores.csv")} == {
         "agent.name=proto pretrain_frames=0", "agent.name=proto pretrain_frames=4000"}
+
+
+def test_group_by_agent_labels_the_agent_config_chosen(tmp_path):
+    """agent=proto_paper and agent=proto are both agent.name "proto": `--group-by agent` tells them apart by
+    Hydra's record of the choice; a run without that record falls back to agent.name."""
+    for choice, score in (("proto_paper", 100.0), ("proto", 300.0)):
+        run = make_run(tmp_path / "runs" / choice, curves=final_curve(score))
+        (run / ".hydra").mkdir()
+        OmegaConf.save({"hydra": {"runtime": {"choices": {"agent": choice, "preset": "small"}}}},
+                       run / ".hydra" / "hydra.yaml")
+    make_run(tmp_path / "runs" / "plain", agent="random", curves=final_curve(50.0))
+    run_aggregate([tmp_path / "runs"], tmp_path / "out", "--group-by", "agent")
+    scores = {row["method"]: float(row["mean"]) for row in read_rows(tmp_path / "out" / "scores.csv")}
+    assert scores == {"proto_paper": 100.0, "proto": 300.0, "random": 50.0}

@@ -235,9 +235,9 @@ def test_agent_registry_lists_every_method():
 
 # -- end to end through the command line, on a real task --------------------------------------------------
 
-STATES = [*TINY, "obs=states", "env=point_mass_maze_reach_center", "pretrain_env=point_mass_maze_explore",
-          "pretrain_frames=1000", "finetune_frames=1000", "snapshot_at_frames=[]", "agent.apt_knn_k=3",
-          "agent.icm_hidden_dim=32"]
+STATES = ["preset=small", *TINY, "obs=states", "env=point_mass_maze_reach_center",
+          "pretrain_env=point_mass_maze_explore", "pretrain_frames=1000", "finetune_frames=1000",
+          "snapshot_at_frames=[]", "agent.apt_knn_k=3", "agent.icm_hidden_dim=32"]
 
 
 @pytest.mark.parametrize("name", ["random", "icm", "apt"])

@@ -158,8 +158,8 @@ def test_eval_csv_columns_are_filled(finetune_run):
 
 def test_train_runs_both_phases(tmp_path):
     run_dir = tmp_path / "train_run"
-    result = protorl("train", *TINY, "env=point_mass_easy", "pretrain_frames=1000", "finetune_frames=1000",
-                     "snapshot_at_frames=[496]", "update_every_steps=1", run_dir=run_dir)
+    result = protorl("train", "preset=small", *TINY, "env=point_mass_easy", "pretrain_frames=1000",
+                     "finetune_frames=1000", "snapshot_at_frames=[496]", "update_every_steps=1", run_dir=run_dir)
     assert_ok(result)
     assert (run_dir / "pretrain" / "snapshots" / "snapshot_1000.pt").is_file()
     for phase in ("pretrain", "finetune"):
@@ -254,7 +254,7 @@ def test_states_pretrain_end_to_end(tmp_path):
     payload = load_snapshot(run_dir / "pretrain" / "snapshots" / "snapshot_1000.pt")
     assert payload["env_spec"]["obs_type"] == "states"
     assert payload["env_spec"]["obs_shape"] == [4]  # point_mass: position (2) + velocity (2)
-    assert payload["agent"]["head"]["projector.weight"].shape == (16, 32)  # state_hidden_dim -> proj_dim
+    assert payload["agent"]["head"]["projector.linear.weight"].shape == (16, 32)  # state_hidden_dim -> proj_dim
     _, rows = read_csv(run_dir / "pretrain" / "train.csv")
     assert len(rows) == 1
     assert_finite_floats(rows[0], ["repr_loss", "critic_loss", "intr_reward_mean"])

@@ -49,6 +49,10 @@ def test_defaults_are_valid():
         (make_config(frame_stack=0), "pretrain", "frame_stack"),
         (make_config(action_repeat=0), "pretrain", "action_repeat"),
         (make_config(device="tpu"), "pretrain", "device"),
+        (make_config({"anti_collapse": "whiten"}), "pretrain", "agent.anti_collapse"),
+        (make_config({"reward_space": "cosine"}), "pretrain", "agent.reward_space"),
+        (make_config({"ssl_update_every": 0}), "pretrain", "agent.ssl_update_every"),
+        (make_config({"anti_collapse": "batchnorm", "batch_size": 1}), "pretrain", "agent.batch_size"),
     ],
     ids=lambda v: v if isinstance(v, str) else None,
 )
@@ -105,7 +109,10 @@ PAPER_AGENT = {
     "init_temperature": 0.1, "log_std_min": -10.0, "log_std_max": 2.0, "num_prototypes": 512,
     "candidates_per_prototype": 4, "proj_dim": 128, "temperature": 0.1, "knn_k": 3, "intr_coef": 0.2,
     "feature_dim": 50, "pred_hidden_dim": 512, "sinkhorn_iters": 3, "augment_pad": 4,
+    # the published algorithm: SSL every update, a linear projector, reward after enqueueing, on the sphere
+    "ssl_update_every": 1, "anti_collapse": "none", "reward_before_enqueue": False, "reward_space": "sphere",
 }
+VARIANT = {"anti_collapse": "center", "reward_before_enqueue": True, "reward_space": "raw"}  # README departures
 PAPER_RUN = {
     "replay_capacity": 100_000, "seed_transitions": 1000, "action_repeat": 2, "frame_stack": 3,
     "image_size": 84, "pretrain_frames": 500_000, "finetune_frames": 500_000, "eval_every_frames": 10_000,
@@ -134,7 +141,7 @@ def test_agent_config_is_a_plain_dataclass():
 
 @pytest.mark.parametrize(("config_name", "paper_scale"), [("pretrain", True), ("finetune", True), ("train", False)])
 def test_composed_cli_configs(config_name, paper_scale):
-    """The YAML files: pretrain/finetune default to the paper preset, train to the small CPU preset."""
+    """The YAML files: pretrain/finetune default to the paper preset, train to the main job (preset=demo)."""
     from hydra import compose, initialize_config_module
 
     import protorl.cli  # noqa: F401  (registers the structured schema)
@@ -146,11 +153,28 @@ def test_composed_cli_configs(config_name, paper_scale):
             assert cfg[key] == value, key
         for key, value in PAPER_AGENT.items():
             assert cfg.agent[key] == value, key
+        assert cfg.env == "point_mass_easy"
     else:
-        assert cfg.pretrain_frames < PAPER_RUN["pretrain_frames"]
-        assert cfg.agent.batch_size < 512
-        # the architecture and the remaining hyper-parameters stay the paper's
+        assert (cfg.env, cfg.obs) == ("point_mass_maze_reach_top_left", "states")
+        assert cfg.pretrain_frames < PAPER_RUN["pretrain_frames"] and cfg.agent.batch_size < 512
+        # the small preset's departures; the remaining hyper-parameters stay the paper's
         for key, value in PAPER_AGENT.items():
-            if key != "batch_size":
+            if key not in ("batch_size", *VARIANT):
                 assert cfg.agent[key] == value, key
-    assert cfg.env == ("point_mass_easy" if paper_scale else "cartpole_balance")
+        for key, value in VARIANT.items():
+            assert cfg.agent[key] == value, key
+
+
+@pytest.mark.parametrize("preset", ["small", "paper"])
+def test_proto_paper_pins_the_published_algorithm_under_any_preset(preset):
+    from hydra import compose, initialize_config_module
+
+    import protorl.cli  # noqa: F401
+
+    with initialize_config_module(config_module="protorl.conf", version_base="1.3"):
+        paper = compose(config_name="pretrain", overrides=[f"preset={preset}", "agent=proto_paper"])
+        default = compose(config_name="pretrain", overrides=[f"preset={preset}"])
+    for key in VARIANT:
+        assert paper.agent[key] == PAPER_AGENT[key], key
+        assert default.agent[key] == (VARIANT[key] if preset == "small" else PAPER_AGENT[key]), key
+    assert paper.agent.name == default.agent.name == "proto"

@@ -136,7 +136,7 @@ def test_malicious_checkpoint_is_refused_not_executed(tmp_path):
 def test_checkpoint_of_an_older_format_is_refused_with_a_way_out(tmp_path):
     path = tmp_path / "checkpoint_1000.pt"
     torch.save({"checkpoint_version": CHECKPOINT_VERSION - 1, "agent": {}}, path)
-    with pytest.raises(SnapshotError, match=r"found 1.*resume=false"):
+    with pytest.raises(SnapshotError, match=rf"found {CHECKPOINT_VERSION - 1}.*resume=false"):
         load_checkpoint(path)
 
 

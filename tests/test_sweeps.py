@@ -19,7 +19,8 @@ from tests.test_cli import TINY, assert_ok, assert_user_error, protorl
 EXPERIMENTS = sorted(p.stem for p in (Path(__file__).parents[1] / "protorl" / "conf" / "experiment").glob("*.yaml"))
 SWEEP_TIMEOUT_S = 600
 # States (no rendering) and one episode per phase: these tests are about launching, not learning.
-TINY_TRAIN = [*TINY, "obs=states", "pretrain_frames=1000", "finetune_frames=1000", "snapshot_at_frames=[]",
+TINY_TRAIN = ["preset=small", *TINY, "obs=states", "pretrain_frames=1000", "finetune_frames=1000",
+              "snapshot_at_frames=[]",
               "checkpoint_every_frames=null", "analysis_every_frames=null"]
 
 
@@ -117,7 +118,7 @@ def test_every_experiment_preset_composes_to_a_valid_sweep(name):
     from protorl.config import validate
     from protorl.envs import check_task
 
-    command = "pretrain" if name.startswith(("fig9", "fig10")) else "train"
+    command = "pretrain" if name.startswith(("fig9", "fig10", "explore")) else "train"
     with initialize_config_module("protorl.conf", version_base="1.3"):
         cfg = compose(command, overrides=[f"experiment={name}"], return_hydra_config=True)
     params = dict(cfg.hydra.sweeper.params)
@@ -135,5 +136,7 @@ def test_every_experiment_preset_composes_to_a_valid_sweep(name):
         validate(config, command)
         if name.endswith("_small"):
             assert config.pretrain_frames <= 8000 and config.finetune_frames <= 4000 and config.agent.batch_size <= 32
+        elif name.startswith("explore"):  # CPU-scale exploration studies: the small preset, pre-training only
+            assert config.agent.batch_size == 32 and config.pretrain_frames <= 40_000
         else:
             assert config.agent.batch_size == 512 and config.finetune_frames == 500_000

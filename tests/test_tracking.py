@@ -51,8 +51,8 @@ def test_a_run_logs_offline_and_a_rerun_continues_the_same_wandb_run(tmp_path, m
     monkeypatch.setenv("WANDB_MODE", "offline")
     monkeypatch.setenv("WANDB_SILENT", "true")
     run_dir = tmp_path / "run"
-    overrides = [*TINY, "obs=states", "pretrain_frames=1000", "finetune_frames=1000", "analysis_every_frames=null",
-                 "wandb=true"]
+    overrides = ["preset=small", *TINY, "obs=states", "pretrain_frames=1000", "finetune_frames=1000",
+                 "analysis_every_frames=null", "wandb=true"]
     assert_ok(protorl("train", *overrides, run_dir=run_dir))
     run_id = (run_dir / "wandb_id.txt").read_text().strip()
     assert [p.name.rsplit("-", 1)[1] for p in (run_dir / "wandb").glob("offline-run-*")] == [run_id]

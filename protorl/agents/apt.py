@@ -14,6 +14,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from protorl.agents.base import Agent
+from protorl.diagnostics import projection_diagnostics
 from protorl.networks import orthogonal_init
 from protorl.proto import nearest_distances
 from protorl.replay import ReplayBuffer
@@ -65,7 +66,8 @@ class APTAgent(Agent):
         next_obs = self.augment(batch.next_obs)
         with torch.no_grad():
             next_features = self.encoder(next_obs)  # (B, R)
-            intr_reward = particle_entropy_reward(self.project(next_features), self.cfg.apt_knn_k)  # (B, 1)
+            next_raw = self.projector(next_features)  # (B, D), before L2 normalisation
+            intr_reward = particle_entropy_reward(F.normalize(next_raw, dim=1), self.cfg.apt_knn_k)  # (B, 1)
         features, other_features = self.encoder(torch.cat([view, other_view])).chunk(2)  # (B, R) each
         contrastive_loss = nt_xent_loss(self.project(features), self.project(other_features),
                                         self.cfg.apt_temperature)
@@ -75,5 +77,5 @@ class APTAgent(Agent):
 
         metrics = self.sac.update(features.detach(), batch.action, intr_reward, batch.discount, next_features, step)
         metrics.update(repr_loss=contrastive_loss.item(), intr_reward_mean=intr_reward.mean().item(),
-                       intr_reward_std=intr_reward.std(correction=0).item())
+                       intr_reward_std=intr_reward.std(correction=0).item(), **projection_diagnostics(next_raw))
         return metrics

@@ -121,7 +121,7 @@ class Agent:
         """Downstream: the representation never changes again."""
         for module in self.representation_modules().values():
             if isinstance(module, nn.Module):
-                module.requires_grad_(False)
+                module.requires_grad_(False).eval()  # eval: normalisation statistics stay as they are
         self.train_representation = False
 
     def representation_state(self) -> dict:

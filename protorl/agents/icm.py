@@ -13,6 +13,7 @@ import torch
 from torch import nn
 
 from protorl.agents.drq import DrQAgent
+from protorl.diagnostics import projection_diagnostics
 from protorl.networks import mlp, orthogonal_init
 from protorl.utils import make_adam
 
@@ -104,8 +105,10 @@ class ICMAgent(DrQAgent):
 
         with torch.no_grad():
             intr_reward = normalized_curiosity(forward_error.detach(), self.curiosity_stats)  # (B, 1)
+            diagnostics = projection_diagnostics(self.icm.projection(next_features))  # of phi(x_{t+1}), (B, 50)
         metrics = self.update_sac_through_encoder(obs, action, intr_reward, discount, next_obs, step,
                                                   self.encoder_optimizer)
         metrics.update(icm_forward_loss=forward_error.mean().item(), icm_inverse_loss=inverse_error.mean().item(),
-                       intr_reward_mean=intr_reward.mean().item(), intr_reward_std=intr_reward.std(correction=0).item())
+                       intr_reward_mean=intr_reward.mean().item(), intr_reward_std=intr_reward.std(correction=0).item(),
+                       **diagnostics)
         return metrics

@@ -12,12 +12,14 @@
 from __future__ import annotations
 
 import copy
+import logging
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
 from protorl.agents.base import Agent
+from protorl.diagnostics import projection_diagnostics, sinkhorn_entropy
 from protorl.networks import soft_update
 from protorl.proto import (
     CandidateQueue,
@@ -29,6 +31,8 @@ from protorl.proto import (
 )
 from protorl.utils import make_adam
 
+log = logging.getLogger("protorl")
+
 
 class ProtoAgent(Agent):
     name = "proto"
@@ -37,9 +41,14 @@ class ProtoAgent(Agent):
 
     def build(self) -> None:
         cfg, device = self.cfg, self.device
-        self.head = ProtoHead(self.encoder.repr_dim, cfg.proj_dim, cfg.pred_hidden_dim, cfg.num_prototypes).to(device)
+        self.head = ProtoHead(self.encoder.repr_dim, cfg.proj_dim, cfg.pred_hidden_dim, cfg.num_prototypes,
+                              cfg.anti_collapse, cfg.anti_collapse_momentum).to(device)
+        if cfg.anti_collapse != "none" and cfg.reward_space == "sphere":
+            log.warning("agent.anti_collapse=%s with agent.reward_space=sphere: centred projections on the sphere "
+                        "reward the frames projected near their mean, where the agent has been most (README, "
+                        "'Keeping the prototypes alive'); agent.reward_space=raw avoids it", cfg.anti_collapse)
         self.encoder_target = copy.deepcopy(self.encoder).requires_grad_(False)
-        self.projector_target = copy.deepcopy(self.head.projector).requires_grad_(False)
+        self.projector_target = copy.deepcopy(self.head.projector).requires_grad_(False).eval()  # batch stats only
         self.queue = CandidateQueue(cfg.num_prototypes * cfg.candidates_per_prototype, cfg.proj_dim, device)
         self.repr_optimizer = make_adam([*self.encoder.parameters(), *self.head.parameters()], cfg.lr)
 
@@ -51,27 +60,38 @@ class ProtoAgent(Agent):
         return self._update_with_ssl(obs, action, reward, discount, next_obs, step)
 
     def _update_with_ssl(self, obs, action, extr_reward, discount, next_obs, step: int) -> dict[str, float]:
-        """One L_SSL step, then SAC on detached features with r_intr (pretrain) or r + alpha * r_intr."""
+        """An L_SSL step (every `ssl_update_every` updates), then SAC on detached features with r_intr
+        (pre-training) or r + alpha * r_intr."""
+        cfg = self.cfg
+        metrics: dict[str, float] = {}
         with torch.no_grad():
             # RL features and reward come from this step's online encoder, before its SSL update:
             # one shared forward of x_{t+1} (the paper's code runs two) and the x_t forward below is
             # reused for RL (the paper's code runs it again).
             next_features = self.encoder(next_obs)  # (B, R)
-            intr_reward = self.intrinsic_reward(next_features)  # (B, 1)
-        features = self.encoder(obs)  # (B, R), with gradient for L_SSL
-        repr_loss = self.representation_loss(features, next_obs)
-        self.repr_optimizer.zero_grad(set_to_none=True)
-        repr_loss.backward()
-        self.repr_optimizer.step()
-        self.head.normalize_prototypes_()  # prototypes stay unit-norm between updates
-        if step % self.cfg.encoder_target_update_every == 0:  # EMA after the SGD step (appendix D)
-            soft_update(self.encoder, self.encoder_target, self.cfg.encoder_target_tau)
-            soft_update(self.head.projector, self.projector_target, self.cfg.encoder_target_tau)
+            next_linear = self.head.projector.linear(next_features)  # (B, D)
+            next_raw = self.head.projector.anti_collapse_step(next_linear)  # (B, D), before L2 normalisation
+            intr_reward = self.intrinsic_reward(next_raw)  # (B, 1)
+        if step % cfg.ssl_update_every == 0:
+            features = self.encoder(obs)  # (B, R), with gradient for L_SSL
+            repr_loss, target_q = self.representation_loss(features, next_obs)
+            self.repr_optimizer.zero_grad(set_to_none=True)
+            repr_loss.backward()
+            self.repr_optimizer.step()
+            self.head.normalize_prototypes_()  # prototypes stay unit-norm between updates
+            features = features.detach()
+            metrics.update(repr_loss=repr_loss.item(), **{"repr/target_entropy": sinkhorn_entropy(target_q)})
+        else:
+            with torch.no_grad():
+                features = self.encoder(obs)
+        if step % cfg.encoder_target_update_every == 0:  # EMA on its own schedule, after this update's SGD step if any
+            soft_update(self.encoder, self.encoder_target, cfg.encoder_target_tau)
+            soft_update(self.head.projector, self.projector_target, cfg.encoder_target_tau)
 
-        reward = intr_reward if extr_reward is None else extr_reward + self.cfg.intr_coef * intr_reward
-        metrics = self.sac.update(features.detach(), action, reward, discount, next_features, step)
-        metrics.update(repr_loss=repr_loss.item(), intr_reward_mean=intr_reward.mean().item(),
-                       intr_reward_std=intr_reward.std(correction=0).item())
+        reward = intr_reward if extr_reward is None else extr_reward + cfg.intr_coef * intr_reward
+        metrics.update(self.sac.update(features, action, reward, discount, next_features, step))
+        metrics.update(intr_reward_mean=intr_reward.mean().item(), intr_reward_std=intr_reward.std(correction=0).item(),
+                       **projection_diagnostics(next_linear, next_raw, self.head.prototypes))
         if extr_reward is not None:
             metrics["extr_reward_mean"] = extr_reward.mean().item()
         return metrics
@@ -79,36 +99,51 @@ class ProtoAgent(Agent):
     def update_frozen(self, obs, action, extr_reward, discount, next_obs, step: int) -> dict[str, float]:
         with torch.no_grad():
             features, next_features = self.encoder(torch.cat([obs, next_obs])).chunk(2)  # (B, R) each
-            intr_reward = self.intrinsic_reward(next_features)
+            intr_reward = self.intrinsic_reward(self.head.projector(next_features))
             reward = extr_reward + self.cfg.intr_coef * intr_reward
         metrics = self.sac.update(features, action, reward, discount, next_features, step)
         metrics.update(intr_reward_mean=intr_reward.mean().item(), intr_reward_std=intr_reward.std(correction=0).item(),
                        extr_reward_mean=extr_reward.mean().item())
         return metrics
 
-    def representation_loss(self, features: torch.Tensor, next_obs: torch.Tensor) -> torch.Tensor:
+    def representation_loss(self, features: torch.Tensor, next_obs: torch.Tensor
+                            ) -> tuple[torch.Tensor, torch.Tensor]:
         """L_SSL between online assignments p_t of x_t and Sinkhorn targets q_{t+1} of x_{t+1}.
 
-        features: (B, R) online encoding of x_t; next_obs: (B, *obs_shape).
+        features: (B, R) online encoding of x_t; next_obs: (B, *obs_shape). Returns the loss and q (B, M).
+        Both projections use this batch's statistics (anti-collapse step; the paper has none).
         """
         prototypes = self.head.prototypes  # (M, D)
         tau = self.cfg.temperature
-        u = F.normalize(self.head.predictor(self.head.projector(features)), dim=1)  # (B, D)
+        u = F.normalize(self.head.predictor(self.head.projector(features, batch_stats=True)), dim=1)  # (B, D)
         log_p = F.log_softmax(u @ prototypes.t() / tau, dim=1)  # (B, M)
         with torch.no_grad():
-            z_target = F.normalize(self.projector_target(self.encoder_target(next_obs)), dim=1)  # (B, D)
+            z_target = F.normalize(self.projector_target(self.encoder_target(next_obs), batch_stats=True), dim=1)
             q = sinkhorn(z_target @ prototypes.t() / tau, self.cfg.sinkhorn_iters)  # (B, M)
-        return cluster_assignment_loss(log_p, q)
+        return cluster_assignment_loss(log_p, q), q
+
+    def reward_points(self, raw: torch.Tensor) -> torch.Tensor:
+        """Projections before L2 normalisation (B, D) -> points of the k-NN reward's space (`agent.reward_space`)."""
+        return self.head.reward_embedding(raw, self.cfg.reward_space)
 
     @torch.no_grad()
-    def intrinsic_reward(self, next_features: torch.Tensor) -> torch.Tensor:
-        """Enqueue M prototype-balanced candidates, then reward = distance to the k-th nearest one.
+    def intrinsic_reward(self, raw: torch.Tensor) -> torch.Tensor:
+        """Refresh the queue with M prototype-balanced candidates and score the batch against it.
 
-        next_features: (B, R) online encoding of x_{t+1} -> (B, 1).
+        raw: (B, D) projections of x_{t+1} before L2 normalisation -> reward (B, 1), the distance to the k-th
+        nearest queue entry in the reward space. The paper enqueues first, so at B < M x k each frame finds
+        copies of itself among its k nearest and scores ~0; `reward_before_enqueue` scores against the
+        candidates of earlier batches only (from the first update on which the queue holds k of them).
         """
-        z = self.head.project(next_features)  # (B, D), L2-normalised
-        self.queue.enqueue(sample_candidates(z, self.head.prototypes))
-        return knn_reward(z, self.queue.filled(), self.cfg.knn_k)
+        points = self.reward_points(raw)  # (B, D)
+        candidates = sample_candidates(F.normalize(raw, dim=1), self.head.prototypes, points=points)  # (M, D)
+        score_first = self.cfg.reward_before_enqueue and self.queue.size >= self.cfg.knn_k
+        if not score_first:
+            self.queue.enqueue(candidates)
+        reward = knn_reward(points, self.queue.filled(), self.cfg.knn_k)
+        if score_first:
+            self.queue.enqueue(candidates)
+        return reward
 
     # -- phases and persistence -----------------------------------------------------------------------
     def representation_modules(self) -> dict[str, nn.Module]:

@@ -24,6 +24,8 @@ from typing import TYPE_CHECKING
 import numpy as np
 from omegaconf import DictConfig, OmegaConf
 
+from protorl.sweep import agent_choice
+
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
 
@@ -117,13 +119,15 @@ def discover_runs(paths: list[Path]) -> list[Path]:
 
 
 def method_label(cfg: DictConfig, group_by: list[str], run_dir: Path) -> str:
-    """The agent name for `--group-by agent.name`, otherwise `key=value` parts joined by spaces."""
+    """The value alone for one key (`--group-by agent.name`, `--group-by agent`: the agent config chosen, e.g.
+    proto_paper), otherwise `key=value` parts joined by spaces."""
     absent = object()
-    values = [OmegaConf.select(cfg, key, default=absent) for key in group_by]
+    values = [agent_choice(run_dir, cfg) if key == "agent" else OmegaConf.select(cfg, key, default=absent)
+              for key in group_by]
     for key, value in zip(group_by, values, strict=True):
         if value is absent:
             raise AggregateError(f"{run_dir}/config.yaml has no key {key} (from --group-by)")
-    if group_by == ["agent.name"]:
+    if len(group_by) == 1 and group_by[0] in ("agent", "agent.name"):
         return str(values[0])
     return " ".join(f"{key}={value}" for key, value in zip(group_by, values, strict=True))
 

@@ -8,10 +8,12 @@ end, and once at the end of the phase (`finish`), one row goes to `analysis.csv`
 - `coverage/entropy`, `coverage/visited_fraction`: of the cumulative histogram;
 - `coverage/replay_entropy`: of the states in the replay buffer now, the paper's reading of section 5.6
   (differs from the cumulative one once the buffer has wrapped);
+- `coverage/random_entropy`, `coverage/random_visited_fraction`: the same for a uniform-random policy over
+  the same number of frames (`random_reference`; `protorl.analysis.random_reference`);
 - `variance/*` (agents with prototypes): `protorl.analysis.variance.reward_variance` on a probe set drawn
   once, at the first analysis, from the replay;
 - for the point-mass arenas, `maps/map_<frames>.png` (also TensorBoard image `maps/visitation`), and
-  at the end `maps/maps.gif`.
+  at the end `maps/maps.gif`; for Proto-RL the map has a second panel, the reward field.
 
 Each analysis draws from its own generators seeded by (seed, frames), and the histogram, the probes, the
 schedule and the CSV position are in `state_dict()`: a resumed run logs the same rows as a straight one.
@@ -25,6 +27,7 @@ from pathlib import Path
 import imageio.v3 as iio
 import numpy as np
 import torch
+import torch.nn.functional as F
 
 from protorl.analysis.coverage import coverage_entropy, coverage_spec, histogram, visited_fraction
 from protorl.analysis.maps import (
@@ -32,18 +35,22 @@ from protorl.analysis.maps import (
     closest_samples,
     map_paths,
     render_map,
+    reward_field,
     wall_rectangles,
     write_animation,
 )
+from protorl.analysis.random_reference import RandomPolicyCoverage
 from protorl.analysis.variance import embed, has_prototypes, reward_variance
 from protorl.checkpoint import SnapshotError
 from protorl.config import Config
-from protorl.envs import DMCEnv
+from protorl.envs import DMCEnv, make_env
 from protorl.logger import CSVFile, Logger
+from protorl.proto import knn_reward
 from protorl.replay import ReplayBuffer
 
 COLUMNS = [
     "frames", "coverage/entropy", "coverage/visited_fraction", "coverage/replay_entropy",
+    "coverage/random_entropy", "coverage/random_visited_fraction",
     "variance/proto_mean", "variance/proto_std", "variance/proto_cv",
     "variance/uniform_mean", "variance/uniform_std", "variance/uniform_cv", "analysis/time_s",
 ]
@@ -64,6 +71,12 @@ class AnalysisMonitor:
         self.map_dir = out_dir / "maps"
         draws_maps = self.spec is not None and env.domain in MAP_DOMAINS
         self.walls = wall_rectangles(env.physics) if draws_maps else None
+        self.random_policy = None  # the coverage of a uniform-random policy over the same frames
+        if self.spec is not None and cfg.random_reference:
+            self.random_policy = RandomPolicyCoverage(env.task, env.action_repeat, self.spec, cfg.seed)
+        self.probe_env = None  # renders the reward map's observations, apart from the training environment
+        if draws_maps and has_prototypes(agent):
+            self.probe_env = make_env(env.task, cfg, seed=cfg.seed)
         self.csv = CSVFile(out_dir / "analysis.csv", COLUMNS)
 
     def record(self, physical_state: np.ndarray) -> None:
@@ -98,6 +111,10 @@ class AnalysisMonitor:
             row.update({"coverage/entropy": coverage_entropy(self.counts),
                         "coverage/visited_fraction": visited_fraction(self.counts),
                         "coverage/replay_entropy": coverage_entropy(replay_counts)})
+        if self.random_policy is not None:
+            random_counts = self.random_policy.counts_at(frames)
+            row.update({"coverage/random_entropy": coverage_entropy(random_counts),
+                        "coverage/random_visited_fraction": visited_fraction(random_counts)})
         if has_prototypes(self.agent) and len(self.replay) > 0:
             if self.probes is None:
                 self.probes = self.replay.stack_at(self.replay.sample_indices(self.cfg.variance_probes, rng))
@@ -113,16 +130,26 @@ class AnalysisMonitor:
         return row
 
     def _write_map(self, frames: int, rng: np.random.Generator) -> None:
-        prototype_xy = None
+        prototype_xy = reward = None
         if has_prototypes(self.agent) and len(self.replay) > 0:
             ends = self.replay.sample_indices(self.cfg.map_samples, rng)
-            closest = closest_samples(embed(self.agent, self.replay.stack_at(ends)), self.agent.head.prototypes)
+            closest = closest_samples(F.normalize(embed(self.agent, self.replay.stack_at(ends)), dim=1),
+                                      self.agent.head.prototypes)
             states = self.replay.physical_states[ends[closest.cpu().numpy()] % self.replay.capacity]
             prototype_xy = states[:, self.spec.columns]  # (M, 2)
-        image = render_map(self.counts, self.spec, self.walls, prototype_xy, f"state visitation, {frames} frames")
+        if self.probe_env is not None and self.agent.queue.size >= self.cfg.agent.knn_k:
+            reward = reward_field(self._score, self.probe_env, self.spec, self.walls)
+        image = render_map(self.counts, self.spec, self.walls, prototype_xy, f"state visitation, {frames} frames",
+                           reward)
         self.map_dir.mkdir(parents=True, exist_ok=True)
         iio.imwrite(self.map_dir / f"map_{frames}.png", image)
         self.logger.log_image("maps/visitation", image, frames)
+
+    @torch.no_grad()
+    def _score(self, obs: np.ndarray) -> np.ndarray:
+        """The agent's intrinsic reward of observations (N, *obs_shape) against its queue now, unchanged: (N,)."""
+        points = self.agent.reward_points(embed(self.agent, obs))
+        return knn_reward(points, self.agent.queue.filled(), self.cfg.agent.knn_k).squeeze(1).cpu().numpy()
 
     # -- checkpoints -------------------------------------------------------------------------------------
     def state_dict(self) -> dict:

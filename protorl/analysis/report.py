@@ -1,8 +1,9 @@
 """`protorl-analyze RUN_DIR`: plots and a short text summary of the analyses logged during pre-training.
 
 Reads `pretrain/analysis.csv` (and `maps/`) of a run directory and writes into `RUN_DIR/analysis/`:
-`coverage.png` (coverage over frames), `variance.png` (per-state std and CV of the k-NN reward, proto vs
-uniform candidates: figure 10), `map.png` (the latest maze map, if any) and `analysis.txt`.
+`coverage.png` (coverage over frames, next to a uniform-random policy's), `representation.png` (the four
+`repr/*` collapse diagnostics of `train.csv`), `variance.png` (per-state std and CV of the k-NN reward, proto
+vs uniform candidates: figure 10), `map.png` (the latest maze map, if any) and `analysis.txt`.
 """
 
 from __future__ import annotations
@@ -14,11 +15,21 @@ import shutil
 from pathlib import Path
 
 from protorl.analysis.maps import map_paths
+from protorl.config import AgentConfig
+from protorl.diagnostics import collapse_message
 
 COVERAGE_KEYS = {  # column -> (legend, line format)
     "coverage/entropy": ("normalised entropy (all visited states)", "o-"),
     "coverage/replay_entropy": ("normalised entropy (replay buffer)", "s--"),
     "coverage/visited_fraction": ("fraction of cells visited", "^-"),
+    "coverage/random_entropy": ("uniform-random policy: normalised entropy", "o:"),
+    "coverage/random_visited_fraction": ("uniform-random policy: fraction of cells visited", "^:"),
+}
+REPR_KEYS = {  # train.csv column -> (panel title, y label)
+    "repr/distinct_prototypes": ("distinct nearest prototypes per batch", "prototypes"),
+    "repr/target_entropy": ("entropy of the Sinkhorn targets", "nats"),
+    "repr/projection_spread": ("median pairwise distance of projections", "L2 distance"),
+    "repr/shared_direction": ("shared direction of raw projections", "|mean| / mean |.|"),
 }
 SCHEMES = ("proto", "uniform")
 
@@ -65,6 +76,27 @@ def plot_coverage(rows: list[dict[str, float]], path: Path) -> Path:
     return path
 
 
+def plot_representation(rows: list[dict[str, float]], num_prototypes: int | None, path: Path) -> Path:
+    """The four collapse diagnostics of `train.csv` over frames (log M marked on the target entropy)."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    keys = [key for key in REPR_KEYS if any(key in row for row in rows)]  # agents without prototypes log two
+    fig = Figure(figsize=(5.0 * min(len(keys), 2), 3.0 * math.ceil(len(keys) / 2)), layout="constrained")
+    FigureCanvasAgg(fig)
+    axes = fig.subplots(math.ceil(len(keys) / 2), min(len(keys), 2), squeeze=False).ravel()
+    for ax, key in zip(axes, keys, strict=True):
+        title, label = REPR_KEYS[key]
+        ax.plot(*series(rows, key), ".-")
+        if key == "repr/target_entropy" and num_prototypes:
+            ax.axhline(math.log(num_prototypes), color="tab:red", linestyle="--", label="log M: uniform (collapsed)")
+            ax.legend(fontsize=8)
+        ax.set(xlabel="environment frames", ylabel=label, title=title)
+    fig.suptitle("representation diagnostics (pre-training, episode means)")
+    fig.savefig(path, dpi=100)
+    return path
+
+
 def plot_variance(rows: list[dict[str, float]], path: Path) -> Path:
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
@@ -82,7 +114,8 @@ def plot_variance(rows: list[dict[str, float]], path: Path) -> Path:
     return path
 
 
-def summary(run_dir: Path, phase: Path, rows: list[dict[str, float]], written: list[Path]) -> str:
+def summary(run_dir: Path, phase: Path, rows: list[dict[str, float]], written: list[Path],
+            train_rows: list[dict[str, float]] | None = None, num_prototypes: int | None = None) -> str:
     """A few lines: what ran, the last coverage and variance figures, the files written."""
     lines = [f"protorl analysis of {run_dir}"]
     result = phase / "result.json"
@@ -107,8 +140,21 @@ def summary(run_dir: Path, phase: Path, rows: list[dict[str, float]], written: l
                      f"(replay buffer {last['coverage/replay_entropy']:.3f}), "
                      f"{100 * last['coverage/visited_fraction']:.1f}% of cells visited; "
                      f"at {first['frames']:.0f} frames: {first['coverage/entropy']:.3f}")
+        if "coverage/random_entropy" in last:
+            lines.append(f"  uniform-random policy over the same {last['frames']:.0f} frames: normalised entropy "
+                         f"{last['coverage/random_entropy']:.3f}, "
+                         f"{100 * last['coverage/random_visited_fraction']:.1f}% of cells visited")
     elif rows:
         lines.append("  coverage: not defined for this domain (protorl/analysis/coverage.py, COVERAGE_DIMS)")
+    repr_rows = [row for row in train_rows or [] if "repr/projection_spread" in row]
+    if repr_rows:
+        row = repr_rows[-1]
+        figures = ", ".join(f"{key.split('/')[1]} {row[key]:.4g}" for key in REPR_KEYS if key in row)
+        lines.append(f"  representation at {row['frames']:.0f} frames: {figures}")
+        message = collapse_message(row, num_prototypes)
+        collapsed = [r for r in repr_rows if collapse_message(r, num_prototypes)]
+        lines.append(f"    {message}" if message else
+                     f"    not collapsed at the end ({len(collapsed)} of {len(repr_rows)} logged episodes collapsed)")
     variance_rows = [row for row in rows if "variance/proto_cv" in row]
     if variance_rows:
         row = variance_rows[-1]
@@ -129,6 +175,19 @@ def summary(run_dir: Path, phase: Path, rows: list[dict[str, float]], written: l
     return "\n".join(lines)
 
 
+def _num_prototypes(run_dir: Path) -> int | None:
+    """M of a Proto-RL run, from its config.yaml; None for other agents or without a config."""
+    config = run_dir / "config.yaml"
+    if not config.is_file():
+        return None
+    from omegaconf import OmegaConf
+
+    agent = OmegaConf.load(config).get("agent", {})
+    if agent.get("name", "proto") != "proto":
+        return None
+    return int(agent.get("num_prototypes", AgentConfig().num_prototypes))
+
+
 def analyze_run(run_dir: Path) -> str:
     """Write the plots and `analysis.txt` into `run_dir/analysis/`; returns the summary text."""
     phase = phase_dir(run_dir)
@@ -140,9 +199,13 @@ def analyze_run(run_dir: Path) -> str:
         written.append(plot_coverage(rows, out / "coverage.png"))
     if any("variance/proto_cv" in row for row in rows):
         written.append(plot_variance(rows, out / "variance.png"))
+    train_rows = read_rows(phase / "train.csv") if (phase / "train.csv").is_file() else []
+    num_prototypes = _num_prototypes(run_dir)
+    if any("repr/projection_spread" in row for row in train_rows):
+        written.append(plot_representation(train_rows, num_prototypes, out / "representation.png"))
     maps = map_paths(phase / "maps", up_to_frames=math.inf)
     if maps:
         written.append(Path(shutil.copyfile(maps[-1], out / "map.png")))
-    text = summary(run_dir, phase, rows, written)
+    text = summary(run_dir, phase, rows, written, train_rows, num_prototypes)
     (out / "analysis.txt").write_text(text + "\n")
     return text

@@ -8,7 +8,8 @@ is recomputed with `repeats` independently drawn candidate sets of the same size
 - uniform: M x T observations drawn uniformly from the replay buffer (APT's scheme).
 
 Observations are encoded and projected with the agent's current online encoder and projector, without
-augmentation, so the spread is that of the candidate draw alone. All draws use the caller's generators:
+augmentation, so the spread is that of the candidate draw alone; distances are measured in the agent's
+reward space (`agent.reward_space`). All draws use the caller's generators:
 the agent's queue, the replay's sampling RNG and the global RNGs are left untouched (exact resume).
 """
 
@@ -16,6 +17,7 @@ from __future__ import annotations
 
 import numpy as np
 import torch
+import torch.nn.functional as F
 
 from protorl.proto import knn_reward, sample_candidates
 from protorl.replay import ReplayBuffer
@@ -28,9 +30,9 @@ def has_prototypes(agent) -> bool:
 
 @torch.no_grad()
 def embed(agent, obs: np.ndarray) -> torch.Tensor:
-    """Observations (N, *obs_shape) -> L2-normalised projections z (N, D), in chunks of the batch size."""
+    """Observations (N, *obs_shape) -> projections before L2 normalisation (N, D), in chunks of the batch size."""
     chunk = agent.cfg.batch_size
-    return torch.cat([agent.head.project(agent.encoder(torch.as_tensor(obs[i:i + chunk], device=agent.device)))
+    return torch.cat([agent.head.projector(agent.encoder(torch.as_tensor(obs[i:i + chunk], device=agent.device)))
                       for i in range(0, len(obs), chunk)])
 
 
@@ -44,8 +46,10 @@ def proto_candidates(agent, replay: ReplayBuffer, rng: np.random.Generator, gene
                      ) -> torch.Tensor:
     """A full queue as the agent fills it: T batches of B, M candidates from each -> (M * T, D)."""
     prototypes = agent.head.prototypes  # (M, D)
-    return torch.cat([sample_candidates(replay_embeddings(agent, replay, agent.cfg.batch_size, rng), prototypes,
-                                        generator) for _ in range(agent.cfg.candidates_per_prototype)])
+    batches = [replay_embeddings(agent, replay, agent.cfg.batch_size, rng)
+               for _ in range(agent.cfg.candidates_per_prototype)]
+    return torch.cat([sample_candidates(F.normalize(raw, dim=1), prototypes, generator,
+                                        points=agent.reward_points(raw)) for raw in batches])
 
 
 def spread(rewards: np.ndarray) -> tuple[float, float, float]:
@@ -61,10 +65,11 @@ def reward_variance(agent, replay: ReplayBuffer, probe_obs: np.ndarray, repeats:
                     generator: torch.Generator) -> dict[str, float]:
     """The k-NN reward of `probe_obs` (P, *obs_shape) under `repeats` proto and uniform candidate sets ->
     `variance/{proto,uniform}_{mean,std,cv}` (means over the probes, see `spread`)."""
-    z = embed(agent, probe_obs)  # (P, D)
+    z = agent.reward_points(embed(agent, probe_obs))  # (P, D)
     k, size = agent.cfg.knn_k, agent.queue.capacity
     proto = [knn_reward(z, proto_candidates(agent, replay, rng, generator), k) for _ in range(repeats)]
-    uniform = [knn_reward(z, replay_embeddings(agent, replay, size, rng), k) for _ in range(repeats)]
+    uniform = [knn_reward(z, agent.reward_points(replay_embeddings(agent, replay, size, rng)), k)
+               for _ in range(repeats)]
     metrics = {}
     for scheme, rewards in (("proto", proto), ("uniform", uniform)):
         mean, std, cv = spread(torch.cat(rewards, dim=1).t().cpu().numpy())  # (R, P)

@@ -141,7 +141,7 @@ class DMCEnv:
     # -- dynamics ---------------------------------------------------------------------------------
     def reset(self) -> TimeStep:
         dm_step = self._env.reset()
-        frame = self._frame(dm_step)
+        frame = self._frame(dm_step.observation)
         for _ in range(self.frame_stack):
             self._frames.append(frame)  # an episode's first stack repeats its first frame
         return TimeStep(frame, self._stacked(), 0.0, 1.0, first=True, last=False,
@@ -161,7 +161,7 @@ class DMCEnv:
             discount *= dm_step.discount
             if dm_step.last():
                 break
-        frame = self._frame(dm_step)
+        frame = self._frame(dm_step.observation)
         self._frames.append(frame)
         return TimeStep(frame, self._stacked(), reward, discount, first=False, last=dm_step.last(),
                         physical_state=self.physics.get_state())
@@ -179,16 +179,24 @@ class DMCEnv:
         composer_random = getattr(self._env, "random_state", None)  # composer (manipulation) environments
         return composer_random if composer_random is not None else self._env.task.random
 
+    def observe_at(self, physical_state: np.ndarray) -> np.ndarray:
+        """The observation of a motionless system in `physical_state` (S,): its frame repeated `frame_stack`
+        times, as at an episode's start. Moves this environment's physics there: use an environment of its own."""
+        with self.physics.reset_context():
+            self.physics.set_state(physical_state)
+        frame = self._frame(self._env.task.get_observation(self.physics) if self.obs_type == "states" else None)
+        return np.concatenate([frame] * self.frame_stack, axis=0)
+
     def render(self, size: int) -> np.ndarray:
         """An RGB (size, size, 3) image from the observation camera, for videos."""
         return self._env.physics.render(size, size, camera_id=self.camera_id)
 
-    def _frame(self, dm_step) -> np.ndarray:
+    def _frame(self, observation: dict | None) -> np.ndarray:
+        """Pixels: a render of the physics now; states: the suite's observation dict, flattened."""
         if self.obs_type == "pixels":
             image = self._env.physics.render(self.image_size, self.image_size, camera_id=self.camera_id)
             return np.ascontiguousarray(image.transpose(2, 0, 1))  # (3, H, W) uint8
-        parts = [np.asarray(v, dtype=np.float32).ravel() for v in dm_step.observation.values()]
-        return np.concatenate(parts)
+        return np.concatenate([np.asarray(v, dtype=np.float32).ravel() for v in observation.values()])
 
     def _stacked(self) -> np.ndarray:
         if self.frame_stack == 1:
