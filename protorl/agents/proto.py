@@ -127,6 +127,13 @@ class ProtoAgent(Agent):
         return self.head.reward_embedding(raw, self.cfg.reward_space)
 
     @torch.no_grad()
+    def candidates(self, raw: torch.Tensor, generator: torch.Generator | None = None) -> torch.Tensor:
+        """M prototype-balanced candidates (M, D) in the reward space, from projections before L2
+        normalisation raw (B, D): drawn by the normalised projections' similarity to the prototypes."""
+        return sample_candidates(F.normalize(raw, dim=1), self.head.prototypes, generator,
+                                 points=self.reward_points(raw))
+
+    @torch.no_grad()
     def intrinsic_reward(self, raw: torch.Tensor) -> torch.Tensor:
         """Refresh the queue with M prototype-balanced candidates and score the batch against it.
 
@@ -136,7 +143,7 @@ class ProtoAgent(Agent):
         candidates of earlier batches only (from the first update on which the queue holds k of them).
         """
         points = self.reward_points(raw)  # (B, D)
-        candidates = sample_candidates(F.normalize(raw, dim=1), self.head.prototypes, points=points)  # (M, D)
+        candidates = self.candidates(raw)  # (M, D)
         score_first = self.cfg.reward_before_enqueue and self.queue.size >= self.cfg.knn_k
         if not score_first:
             self.queue.enqueue(candidates)

@@ -17,9 +17,8 @@ from __future__ import annotations
 
 import numpy as np
 import torch
-import torch.nn.functional as F
 
-from protorl.proto import knn_reward, sample_candidates
+from protorl.proto import knn_reward
 from protorl.replay import ReplayBuffer
 
 
@@ -45,11 +44,9 @@ def replay_embeddings(agent, replay: ReplayBuffer, count: int, rng: np.random.Ge
 def proto_candidates(agent, replay: ReplayBuffer, rng: np.random.Generator, generator: torch.Generator
                      ) -> torch.Tensor:
     """A full queue as the agent fills it: T batches of B, M candidates from each -> (M * T, D)."""
-    prototypes = agent.head.prototypes  # (M, D)
     batches = [replay_embeddings(agent, replay, agent.cfg.batch_size, rng)
                for _ in range(agent.cfg.candidates_per_prototype)]
-    return torch.cat([sample_candidates(F.normalize(raw, dim=1), prototypes, generator,
-                                        points=agent.reward_points(raw)) for raw in batches])
+    return torch.cat([agent.candidates(raw, generator) for raw in batches])
 
 
 def spread(rewards: np.ndarray) -> tuple[float, float, float]:
