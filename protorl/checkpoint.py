@@ -7,21 +7,33 @@ never runs pickled code.
 
 from __future__ import annotations
 
+import contextlib
 import os
+import re
 import shutil
 from pathlib import Path
 
 import torch
 
-CHECKPOINT_VERSION = 3  # 2: per-agent optimisers, physical states, analysis state; 3: the projector with its statistics
+# 2: per-agent optimisers, physical states, analysis state; 3: the projector with its statistics; 4: TensorBoard
+# file sizes, paths relative to the phase directory
+CHECKPOINT_VERSION = 4
+CHECKPOINT_NAME = re.compile(r"checkpoint_(\d+)\.pt")
+# the free space a write needs: the file's estimated size times this, plus FREE_SPACE_SLACK_BYTES
+FREE_SPACE_FACTOR = 1.1
+FREE_SPACE_SLACK_BYTES = 2**20
 
 
 class SnapshotError(ValueError):
     """A snapshot or checkpoint is missing, unreadable or does not fit; the message names file and problem."""
 
 
+class UnreadableFileError(SnapshotError):
+    """A file exists but cannot be read as a protorl file (truncated, corrupt or unsafe)."""
+
+
 class CheckpointError(RuntimeError):
-    """A checkpoint cannot be written (e.g. the disk is too full); the message says why."""
+    """A snapshot or checkpoint cannot be written (e.g. the disk is full); the message names the file and why."""
 
 
 def payload_bytes(payload) -> int:
@@ -35,23 +47,31 @@ def payload_bytes(payload) -> int:
     return 64
 
 
-def atomic_save(payload: dict, path: Path, margin_bytes: int = 64 * 2**20) -> Path:
-    """Write `payload` to `path` via a temporary file, fsync and rename; check free disk first."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    needed = payload_bytes(payload) + margin_bytes
-    free = shutil.disk_usage(path.parent).free
-    if free < needed:
-        raise CheckpointError(f"cannot write {path}: it needs about {needed / 2**20:.0f} MiB and only "
-                              f"{free / 2**20:.0f} MiB are free on that disk")
+def atomic_save(payload: dict, path: Path) -> Path:
+    """Write `payload` to `path` via a temporary file, fsync and rename; check free disk first.
+
+    The check asks for the payload's size times `FREE_SPACE_FACTOR` plus `FREE_SPACE_SLACK_BYTES`. Any write
+    error (a full disk, a read-only directory) becomes one `CheckpointError` naming the file and the cause;
+    the temporary file is removed and `path`, if it existed, is left as it was.
+    """
+    needed = int(payload_bytes(payload) * FREE_SPACE_FACTOR) + FREE_SPACE_SLACK_BYTES
     tmp = path.with_suffix(path.suffix + ".tmp")
     try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        free = shutil.disk_usage(path.parent).free
+        if free < needed:
+            raise CheckpointError(f"cannot write {path}: it needs about {needed / 2**20:.0f} MiB and only "
+                                  f"{free / 2**20:.0f} MiB are free on that disk")
         with open(tmp, "wb") as f:
             torch.save(payload, f)
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, path)
+    except OSError as error:
+        raise CheckpointError(f"cannot write {path}: {error.strerror or error}") from None
     finally:
-        tmp.unlink(missing_ok=True)
+        with contextlib.suppress(OSError):
+            tmp.unlink(missing_ok=True)
     return path
 
 
@@ -63,7 +83,7 @@ def safe_load(path: str | Path, what: str) -> dict:
     try:
         payload = torch.load(path, map_location="cpu", weights_only=True)
     except Exception as error:  # torch raises many types for corrupt, truncated or unsafe files
-        raise SnapshotError(f"{what} {path}: cannot be read as a protorl {what} ({error})") from None
+        raise UnreadableFileError(f"{what} {path}: cannot be read as a protorl {what} ({error})") from None
     if not isinstance(payload, dict):
         raise SnapshotError(f"{what} {path}: not a protorl {what}")
     return payload
@@ -79,9 +99,27 @@ def save_checkpoint(state: dict, directory: Path, frames: int, keep: int) -> Pat
 
 
 def list_checkpoints(directory: Path) -> list[Path]:
-    """Checkpoints in `directory`, oldest first."""
-    paths = directory.glob("checkpoint_*.pt") if directory.is_dir() else []
-    return sorted(paths, key=lambda p: int(p.stem.split("_")[-1]))
+    """The checkpoints (`checkpoint_<frames>.pt`) in `directory`, oldest first; other files are not."""
+    if not directory.is_dir():
+        return []
+    found = [(int(match[1]), path) for path in directory.iterdir() if (match := CHECKPOINT_NAME.fullmatch(path.name))]
+    return [path for _, path in sorted(found)]
+
+
+def drop_checkpoints(directory: Path) -> None:
+    """Delete a completed phase's checkpoints (the directory too, once empty)."""
+    for path in list_checkpoints(directory):
+        path.unlink()
+    remove_partial_writes(directory)
+    with contextlib.suppress(OSError):
+        directory.rmdir()
+
+
+def remove_partial_writes(directory: Path) -> None:
+    """Delete the temporary files that a write killed before its rename left in `directory`."""
+    if directory.is_dir():
+        for path in directory.glob("*.tmp"):
+            path.unlink()
 
 
 def load_checkpoint(path: Path) -> dict:
@@ -89,5 +127,5 @@ def load_checkpoint(path: Path) -> dict:
     if payload.get("checkpoint_version") != CHECKPOINT_VERSION:
         raise SnapshotError(f"checkpoint {path}: not a protorl checkpoint of version {CHECKPOINT_VERSION} (found "
                             f"{payload.get('checkpoint_version')!r}, e.g. from an older protorl); start over with "
-                            "resume=false or in a new run directory")
+                            "start_over=true or in a new run directory")
     return payload

@@ -9,8 +9,12 @@ protorl-analyze (argparse).
 
 from __future__ import annotations
 
+import argparse
+import dataclasses
 import logging
+import os
 import sys
+import typing
 from pathlib import Path
 
 import hydra
@@ -26,35 +30,78 @@ ConfigStore.instance().store(name="protorl_schema", node=Config)
 
 
 def checked_config(cfg: DictConfig, command: str) -> tuple[Config, dict | None]:
-    """The validated typed config and, for finetune, its checked snapshot; user errors exit with status 2."""
+    """The validated typed config and, for finetune, its checked snapshot; user errors exit with status 2.
+
+    `cfg`: the composed config without Hydra's node; a key the schema does not know (e.g. added with `+`)
+    is refused, not dropped.
+    """
     from protorl.envs import make_env
     from protorl.snapshot import SnapshotError, load_snapshot
 
     pretrained = None
     try:
-        config: Config = OmegaConf.to_object(cfg)
+        unknown = _unknown_keys(cfg, Config)
+        if unknown:  # Hydra adds keys given with `+`; the typed config would drop them silently
+            raise ConfigError(f"unknown config key {', '.join(unknown)}: not a protorl setting (protorl/config.py)")
+        config: Config = OmegaConf.to_object(OmegaConf.merge(OmegaConf.structured(Config), cfg))
+        if config.snapshot:  # the run directory records where its snapshot came from, wherever it was run
+            config.snapshot = str(Path(config.snapshot).resolve())
         validate(config, command)
         if command == "finetune" and config.snapshot:  # refuse a missing or mismatched snapshot before any work
             for task in downstream_tasks(config):
                 pretrained = load_snapshot(config.snapshot, env_spec=make_env(task, config, seed=0).spec(),
                                            agent_config=config.agent)
     except (ConfigError, SnapshotError, ValueError, OmegaConfBaseException) as error:
-        _exit_with(error)
+        _exit_with(_one_line(error))
     return config, pretrained
 
 
+def _unknown_keys(node: DictConfig, schema: type, prefix: str = "") -> list[str]:
+    """Dotted keys of `node` that the dataclass `schema` (nested dataclasses included) does not have."""
+    fields, unknown = typing.get_type_hints(schema), []
+    for key in node.keys():
+        if key not in fields:
+            unknown.append(f"{prefix}{key}")
+        elif dataclasses.is_dataclass(fields[key]) and OmegaConf.is_dict(node[key]):
+            unknown += _unknown_keys(node[key], fields[key], f"{prefix}{key}.")
+    return unknown
+
+
 class ValidateBeforeRun(Callback):
-    """Hydra callback: check the config before Hydra creates the run directory, so a typo writes nothing."""
+    """Hydra callback: check the config and claim the run directory before Hydra writes into it, so a typo or a
+    mismatched rerun writes nothing."""
 
     def on_run_start(self, config: DictConfig, **kwargs) -> None:
+        from protorl.rundir import claim_run_dir
+
         keys = [key for key in config if key not in ("hydra", "run_dir")]
-        user_config = OmegaConf.merge(OmegaConf.structured(Config), OmegaConf.masked_copy(config, keys),
-                                      {"run_dir": "."})
-        checked_config(user_config, config.hydra.job.name)
+        user_config = OmegaConf.merge(OmegaConf.masked_copy(config, keys), {"run_dir": config.hydra.run.dir})
+        checked, _ = checked_config(user_config, config.hydra.job.name)
+        try:
+            claim_run_dir(checked)
+        except ConfigError as error:
+            _exit_with(error)
 
 
 def run(cfg: DictConfig, command: str) -> None:
-    """Validate the config, then run the phases of `command`; user errors exit with status 2."""
+    """Validate the config, claim the run directory, then run the phases of `command`; user errors exit with
+    status 2, unwritable files too (naming the file)."""
+    from protorl.rundir import claim_run_dir, release_run_dir
+
+    config, pretrained = checked_config(cfg, command)
+    try:
+        run_dir = claim_run_dir(config)
+    except ConfigError as error:
+        _exit_with(error)
+    try:
+        _run_phases(config, command, run_dir, pretrained)
+    except OSError as error:
+        _exit_with(f"I/O error on {error.filename or 'a file of the run'}: {error.strerror or error}")
+    finally:
+        release_run_dir(run_dir)
+
+
+def _run_phases(config: Config, command: str, run_dir: Path, pretrained: dict | None) -> None:
     from protorl.agents import AGENTS
     from protorl.checkpoint import CheckpointError
     from protorl.report import plot_curves, summary
@@ -62,10 +109,8 @@ def run(cfg: DictConfig, command: str) -> None:
     from protorl.tracking import finish_run, start_run
     from protorl.training import TrainingDiverged, prepare_process
 
-    config, pretrained = checked_config(cfg, command)
-    run_dir = Path(config.run_dir)
-    run_dir.mkdir(parents=True, exist_ok=True)
-    OmegaConf.save(OmegaConf.structured(config), run_dir / "config.yaml")
+    if not (run_dir / "config.yaml").exists():  # a continued run keeps the record it was made with
+        OmegaConf.save(OmegaConf.structured(config), run_dir / "config.yaml")
     device = prepare_process(config)
     log.info("run directory %s, device %s", run_dir, device)
     wandb_run = start_run(config, run_dir)
@@ -94,31 +139,62 @@ def run(cfg: DictConfig, command: str) -> None:
     plot = plot_curves(results, run_dir / "curves.png")
     print(summary(results, plot), flush=True)
     if (run_dir / "pretrain" / "analysis.csv").is_file():  # what protorl-analyze RUN_DIR prints and plots
-        from protorl.analysis.report import analyze_run
+        from protorl.analysis.paths import OutsideRunError
+        from protorl.analysis.report import NotARunError, analyze_run
 
-        print(analyze_run(run_dir), flush=True)
+        try:
+            print(analyze_run(run_dir), flush=True)
+        except (NotARunError, OutsideRunError) as error:
+            _exit_with(error)
 
 
 def run_phase(config: Config, phase: str, task: str, out_dir: Path, pretrained: dict | None = None):
-    """Run one phase; with `resume`, skip it if complete or continue from its last checkpoint."""
+    """Run one phase: skip it if complete, else continue from its newest intact checkpoint or start it.
+
+    `claim_run_dir` has made sure that what `out_dir` holds was made with these settings."""
+    from protorl.checkpoint import drop_checkpoints
     from protorl.training import PhaseResult, Trainer
 
-    if config.resume:
-        done = PhaseResult.load(out_dir)
-        if done is not None:
-            log.info("%s already complete in %s", phase, out_dir)
-            return done
+    done = PhaseResult.load(out_dir)
+    if done is not None:
+        log.info("%s already complete in %s", phase, out_dir)
+        if not config.keep_checkpoints:  # a kill between result.json and the clean-up left them
+            drop_checkpoints(out_dir / "checkpoints")
+        return done
     trainer = Trainer(config, phase, task, out_dir, pretrained)
-    if config.resume:
-        checkpoint = trainer.resume_from_latest()
-        if checkpoint is not None:
-            log.info("resuming %s from %s (frame %d)", phase, checkpoint, trainer.frames)
+    checkpoint = trainer.resume_or_start()
+    if checkpoint is not None:
+        log.info("resuming %s from %s (frame %d)", phase, checkpoint, trainer.frames)
     return trainer.run()
 
 
-def _exit_with(error: Exception, status: int = 2) -> None:
+def _exit_with(error: Exception | str, status: int = 2) -> None:
     print(f"protorl: error: {error}", file=sys.stderr, flush=True)
     sys.exit(status)
+
+
+def _one_line(error: BaseException) -> str:
+    """An error (Hydra's and OmegaConf's included) as one line: its message, then its cause's, without the
+    config search path and the full-key details."""
+    parts = []
+    for part in (error, error.__cause__):
+        text = str(part or "").split("Config search path")[0].split("full_key:")[0]
+        text = " ".join(text.replace("\t", " ").split())
+        if text and text not in parts:
+            parts.append(text)
+    return ": ".join(parts) or type(error).__name__
+
+
+def _hydra_entry(main) -> None:
+    """Run a Hydra main function: Hydra's own user errors (an unknown key, a value of the wrong type, a missing
+    config group option, an unparsable override) end as one `protorl: error:` line, exit status 2."""
+    from hydra.errors import HydraException
+
+    os.environ["HYDRA_FULL_ERROR"] = "1"  # Hydra raises instead of printing its multi-line report
+    try:
+        main()
+    except (HydraException, OmegaConfBaseException) as error:
+        _exit_with(_one_line(error))
 
 
 def run_job(cfg: DictConfig, command: str) -> None:
@@ -136,21 +212,43 @@ def run_job(cfg: DictConfig, command: str) -> None:
 
 
 @hydra.main(version_base="1.3", config_path="conf", config_name="pretrain")
-def pretrain(cfg: DictConfig) -> None:
+def _pretrain(cfg: DictConfig) -> None:
     """Task-agnostic pre-training; writes snapshots for `protorl-finetune`."""
     run_job(cfg, "pretrain")
 
 
 @hydra.main(version_base="1.3", config_path="conf", config_name="finetune")
-def finetune(cfg: DictConfig) -> None:
+def _finetune(cfg: DictConfig) -> None:
     """Downstream RL on a frozen pre-trained representation (needs snapshot=PATH)."""
     run_job(cfg, "finetune")
 
 
 @hydra.main(version_base="1.3", config_path="conf", config_name="train")
-def train(cfg: DictConfig) -> None:
+def _train(cfg: DictConfig) -> None:
     """Pre-training then fine-tuning on `env`, as in the paper's protocol."""
     run_job(cfg, "train")
+
+
+def pretrain() -> None:
+    """protorl-pretrain: task-agnostic pre-training; writes snapshots for `protorl-finetune`."""
+    _hydra_entry(_pretrain)
+
+
+def finetune() -> None:
+    """protorl-finetune: downstream RL on a frozen pre-trained representation (needs snapshot=PATH)."""
+    _hydra_entry(_finetune)
+
+
+def train() -> None:
+    """protorl-train: pre-training then fine-tuning on `env`, as in the paper's protocol."""
+    _hydra_entry(_train)
+
+
+class _ArgumentParser(argparse.ArgumentParser):
+    """argparse whose usage errors are one `protorl: error:` line, exit status 2, like every other user error."""
+
+    def error(self, message: str) -> None:
+        _exit_with(f"{self.prog}: {message} (see {self.prog} --help)")
 
 
 def tasks() -> None:
@@ -162,27 +260,25 @@ def tasks() -> None:
 
 def analyze(argv: list[str] | None = None) -> None:
     """protorl-analyze RUN_DIR: coverage and reward-variance plots and a text summary of a run's pre-training."""
-    import argparse
-
+    from protorl.analysis.paths import OutsideRunError
     from protorl.analysis.report import NotARunError, analyze_run
 
-    parser = argparse.ArgumentParser(prog="protorl-analyze", description=analyze.__doc__)
+    parser = _ArgumentParser(prog="protorl-analyze", description=analyze.__doc__)
     parser.add_argument("run_dir", type=Path, help="a run directory (holding pretrain/analysis.csv)")
     args = parser.parse_args(argv)
     try:
         print(analyze_run(args.run_dir), flush=True)
-    except NotARunError as error:
+    except (NotARunError, OutsideRunError) as error:
         _exit_with(error)
 
 
 def aggregate(argv: list[str] | None = None) -> None:
     """protorl-aggregate PATH [PATH ...]: learning curves, final-score tables and rliable statistics (IQM,
     mean, median, optimality gap, performance profiles) over the downstream phases of runs and sweeps."""
-    import argparse
-
     from protorl.analysis.aggregate import RETURN, AggregateError, aggregate_runs, pretraining_metric
+    from protorl.analysis.paths import OutsideRunError
 
-    parser = argparse.ArgumentParser(prog="protorl-aggregate", description=aggregate.__doc__)
+    parser = _ArgumentParser(prog="protorl-aggregate", description=aggregate.__doc__)
     parser.add_argument("paths", nargs="+", type=Path, metavar="PATH",
                         help="run directories (holding config.yaml) or sweep directories holding them")
     parser.add_argument("--out", type=Path, default=Path("aggregate"), help="output directory (default: aggregate)")
@@ -200,5 +296,5 @@ def aggregate(argv: list[str] | None = None) -> None:
     metric = RETURN if args.metric is None else pretraining_metric(args.metric)
     try:
         print(aggregate_runs(args.paths, args.out, args.group_by, args.reps, args.seed, metric), flush=True)
-    except AggregateError as error:
+    except (AggregateError, OutsideRunError) as error:
         _exit_with(error)

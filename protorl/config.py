@@ -6,6 +6,8 @@ The Hydra YAML files in `protorl/conf/` build on this schema; `validate` checks 
 
 from __future__ import annotations
 
+import dataclasses
+import math
 from dataclasses import dataclass, field
 
 from omegaconf import MISSING
@@ -98,7 +100,9 @@ class Config:
     checkpoint_every_frames: int | None = 100_000  # full training state, at the next episode end; None: never
     checkpoint_every_minutes: float | None = None  # also checkpoint when this much wall time has passed
     checkpoint_keep: int = 2  # newest checkpoints kept per phase
-    resume: bool = True  # continue from the run directory's last checkpoint if it has one
+    resume: bool = True  # continue the run already in `run_dir` (same settings); false: refuse such a directory
+    start_over: bool = False  # delete the run data already in `run_dir` and start again
+    keep_checkpoints: bool = False  # keep a phase's checkpoints once it has completed (else they are deleted)
     log_every_episodes: int = 1
     save_video: bool = False
     video_size: int = 256
@@ -120,6 +124,9 @@ class Config:
     run_dir: str = MISSING  # set by the YAML files to Hydra's output directory
     agent: AgentConfig = field(default_factory=AgentConfig)
 
+
+EVAL_SEED_OFFSET = 100_000  # the evaluation environment's seed: the run's plus this, apart from training's stream
+MAX_SEED = 2**32 - 1 - EVAL_SEED_OFFSET  # NumPy's and MuJoCo's seeds are 32-bit
 
 _POSITIVE_INTS = {
     "finetune_frames", "replay_capacity", "update_every_steps",
@@ -145,6 +152,12 @@ def validate(cfg: Config, command: str) -> None:
     def fail(key: str, value, expected: str) -> None:
         raise ConfigError(f"invalid config value {key}={value!r}: expected {expected}")
 
+    for key, value in _float_values(cfg):
+        if not math.isfinite(value):
+            fail(key, value, "a finite number")
+    if not 0 <= cfg.seed <= MAX_SEED:
+        fail("seed", cfg.seed, f"an integer in [0, {MAX_SEED}] (seeds are 32-bit; evaluation uses seed + "
+             f"{EVAL_SEED_OFFSET})")
     for key in sorted(_POSITIVE_INTS):
         if getattr(cfg, key) <= 0:
             fail(key, getattr(cfg, key), "a positive integer")
@@ -243,6 +256,18 @@ def validate(cfg: Config, command: str) -> None:
         check_task(cfg.pretrain_env)
     for task in cfg.finetune_envs:
         check_task(task)
+    frame_stack = cfg.frame_stack if cfg.obs == "pixels" else 1
+    if cfg.replay_capacity <= frame_stack:
+        fail("replay_capacity", cfg.replay_capacity, f"more than the frame stack ({frame_stack}): a transition "
+             "needs its stacks in the buffer")
+    phases = {"pretrain_frames": command != "finetune" and agent.pretrains and cfg.pretrain_frames > 0,
+              "finetune_frames": command != "pretrain"}
+    for key in (key for key, runs in phases.items() if runs):
+        if getattr(cfg, key) // cfg.action_repeat <= cfg.seed_transitions:
+            fail(key, getattr(cfg, key), f"more than seed_transitions={cfg.seed_transitions} agent steps of "
+                 f"action_repeat={cfg.action_repeat} frames each: no agent update would run")
+    if cfg.camera_id is not None:
+        _check_camera(cfg, [cfg.env, *([cfg.pretrain_env] if cfg.pretrain_env else []), *cfg.finetune_envs])
     if len(set(cfg.finetune_envs)) != len(cfg.finetune_envs):
         fail("finetune_envs", list(cfg.finetune_envs), "a list of distinct task names")
     if command == "train" and agent.pretrains and cfg.pretrain_frames > 0:
@@ -254,6 +279,27 @@ def validate(cfg: Config, command: str) -> None:
     if command == "finetune" and not cfg.snapshot and agent.pretrains:
         raise ConfigError("finetune needs a pre-training snapshot: add snapshot=/path/to/snapshot.pt "
                           "(or run protorl-train pretrain_frames=0 to learn without pre-training)")
+
+
+def _float_values(cfg: Config) -> list[tuple[str, float]]:
+    """(dotted key, value) of every float setting, the agent's included."""
+    values = []
+    for prefix, node in (("", cfg), ("agent.", cfg.agent)):
+        for item in dataclasses.fields(node):
+            value = getattr(node, item.name)
+            if isinstance(value, float):
+                values.append((prefix + item.name, value))
+    return values
+
+
+def _check_camera(cfg: Config, tasks: list[str]) -> None:
+    from protorl.envs import make_env
+
+    for task in tasks:
+        cameras = make_env(task, cfg, seed=0).num_cameras
+        if not 0 <= cfg.camera_id < cameras:
+            raise ConfigError(f"invalid config value camera_id={cfg.camera_id!r}: task {task} has cameras 0 to "
+                              f"{cameras - 1}")
 
 
 def downstream_tasks(cfg: Config) -> list[str]:

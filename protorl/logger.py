@@ -37,6 +37,12 @@ class CSVFile:
         self._file.truncate(size)
         self._file.seek(size)
 
+    def reset(self) -> None:
+        """Drop every row: the header alone remains."""
+        self.truncate(0)
+        self._writer.writeheader()
+        self._file.flush()
+
     def write(self, row: dict) -> None:
         self._writer.writerow(row)
         self._file.flush()
@@ -56,33 +62,57 @@ class Logger:
         self.eval_csv = CSVFile(log_dir / "eval.csv", EVAL_COLUMNS)
         self._sums: dict[str, float] = defaultdict(float)
         self._counts: dict[str, int] = defaultdict(int)
-        self._tb = None
+        self._tb = None  # opened at the first scalar or image: its events file starts where the run does
+        self._tb_dir = log_dir / "tb" if tensorboard else None
         self._tracker = tracker
-        self._tensorboard = tensorboard
-        self._open_tensorboard(purge_step=None)
 
-    def _open_tensorboard(self, purge_step: int | None) -> None:
-        if self._tb is not None:
-            self._tb.close()
-        if self._tensorboard:
+    @property
+    def _writer(self):
+        if self._tb is None and self._tb_dir is not None:
             from torch.utils.tensorboard import SummaryWriter
 
-            self._tb = SummaryWriter(log_dir=str(self.log_dir / "tb"), purge_step=purge_step)
+            self._tb = SummaryWriter(log_dir=str(self._tb_dir))
+        return self._tb
+
+    def _events_files(self) -> list[Path]:
+        return sorted(self._tb_dir.glob("events.out.tfevents.*")) if self._tb_dir and self._tb_dir.is_dir() else []
 
     def state_dict(self, frames: int) -> dict:
         """Where the files stand and the metrics not yet written, at `frames`."""
+        if self._tb is not None:
+            self._tb.flush()
         return {"train_csv": self.train_csv.tell(), "eval_csv": self.eval_csv.tell(), "frames": frames,
+                "tensorboard": {path.name: path.stat().st_size for path in self._events_files()},
                 "sums": dict(self._sums), "counts": dict(self._counts)}
 
     def load_state_dict(self, state: dict) -> None:
-        """Drop what was logged after the checkpoint, so a resumed run neither repeats nor loses rows."""
+        """Drop what was logged after the checkpoint, so a resumed run neither repeats nor loses a point: the
+        CSVs and TensorBoard's events files are cut back to where they stood."""
         self.train_csv.truncate(state["train_csv"])
         self.eval_csv.truncate(state["eval_csv"])
         self._sums.clear()
         self._sums.update(state["sums"])
         self._counts.clear()
         self._counts.update(state["counts"])
-        self._open_tensorboard(purge_step=state["frames"])
+        self._cut_tensorboard(state["tensorboard"])
+
+    def reset(self) -> None:
+        """Start the logs afresh: drop whatever an earlier attempt of this phase logged without a checkpoint."""
+        self.train_csv.reset()
+        self.eval_csv.reset()
+        self._cut_tensorboard({})
+
+    def _cut_tensorboard(self, sizes: dict[str, int]) -> None:
+        """Events files listed in `sizes` are truncated to their size, every other one deleted."""
+        if self._tb is not None:
+            self._tb.close()
+            self._tb = None
+        for path in self._events_files():
+            if path.name in sizes:
+                with open(path, "r+b") as f:
+                    f.truncate(sizes[path.name])
+            else:
+                path.unlink()
 
     def accumulate(self, metrics: dict[str, float]) -> None:
         for key, value in metrics.items():
@@ -110,9 +140,9 @@ class Logger:
 
     def log_image(self, tag: str, image: np.ndarray, frames: int) -> None:
         """TensorBoard (and W&B) only: an RGB (H, W, 3) uint8 image at `frames`."""
-        if self._tb is not None:
-            self._tb.add_image(tag, image, global_step=frames, dataformats="HWC")
-            self._tb.flush()
+        if self._writer is not None:
+            self._writer.add_image(tag, image, global_step=frames, dataformats="HWC")
+            self._writer.flush()
         if self._tracker is not None:
             self._tracker.log_image(tag, image, frames)
 
@@ -120,10 +150,10 @@ class Logger:
         """The finite numbers of `row` to TensorBoard and the tracker, tagged `prefix/key`."""
         scalars = {f"{prefix}/{key}" if prefix else key: value for key, value in row.items()
                    if key != "frames" and isinstance(value, (int, float)) and math.isfinite(value)}
-        if self._tb is not None:
+        if self._writer is not None:
             for tag, value in scalars.items():
-                self._tb.add_scalar(tag, value, global_step=row["frames"])
-            self._tb.flush()
+                self._writer.add_scalar(tag, value, global_step=row["frames"])
+            self._writer.flush()
         if self._tracker is not None:
             self._tracker.log(scalars, row["frames"])
 

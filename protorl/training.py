@@ -21,8 +21,16 @@ from tqdm import tqdm
 
 from protorl.agents import make_agent
 from protorl.analysis.monitor import AnalysisMonitor
-from protorl.checkpoint import SnapshotError, list_checkpoints, load_checkpoint, save_checkpoint
-from protorl.config import Config
+from protorl.checkpoint import (
+    SnapshotError,
+    UnreadableFileError,
+    drop_checkpoints,
+    list_checkpoints,
+    load_checkpoint,
+    remove_partial_writes,
+    save_checkpoint,
+)
+from protorl.config import EVAL_SEED_OFFSET, Config
 from protorl.diagnostics import collapse_message
 from protorl.envs import make_env
 from protorl.logger import Logger
@@ -50,9 +58,10 @@ class PhaseResult:
     snapshots: list[Path] = field(default_factory=list)
 
     def save(self) -> Path:
-        """Write `result.json` into the phase directory: the marker that this phase is complete."""
+        """Write `result.json` into the phase directory: the marker that this phase is complete. Paths in it
+        are relative to the phase directory, so a copied or moved run directory stays whole."""
         path = self.out_dir / "result.json"
-        data = {**asdict(self), "out_dir": str(self.out_dir), "snapshots": [str(p) for p in self.snapshots]}
+        data = {**asdict(self), "out_dir": ".", "snapshots": [_relative(p, self.out_dir) for p in self.snapshots]}
         path.write_text(json.dumps(data, indent=1))
         return path
 
@@ -63,9 +72,20 @@ class PhaseResult:
         if not path.exists():
             return None
         data = json.loads(path.read_text())
-        data.update(out_dir=out_dir, snapshots=[Path(p) for p in data["snapshots"]],
+        data.update(out_dir=out_dir, snapshots=[_inside(p, out_dir) for p in data["snapshots"]],
                     eval_rewards=[tuple(pair) for pair in data["eval_rewards"]])
         return cls(**data)
+
+
+def _relative(path: Path, out_dir: Path) -> str:
+    """`path` as written into the phase directory's own files: relative to `out_dir`."""
+    return str(Path(path).relative_to(out_dir))
+
+
+def _inside(path: str, out_dir: Path) -> Path:
+    """A path read from the phase directory's own files; older absolute ones are taken by their place in it."""
+    path = Path(path)
+    return out_dir / (Path(*path.parts[-2:]) if path.is_absolute() else path)
 
 
 class Trainer:
@@ -78,7 +98,7 @@ class Trainer:
         set_seed(cfg.seed)
         self.device = resolve_device(cfg.device)
         self.env = make_env(task, cfg, seed=cfg.seed)
-        self.eval_env = make_env(task, cfg, seed=cfg.seed + 100_000)
+        self.eval_env = make_env(task, cfg, seed=cfg.seed + EVAL_SEED_OFFSET)
         self.agent = make_agent(self.env.obs_type, self.env.obs_shape, self.env.action_shape, cfg.agent,
                                 self.device, phase, train_representation=phase == "pretrain" or pretrained is None)
         if pretrained is not None:
@@ -177,6 +197,8 @@ class Trainer:
         self.result.frames = self.frames
         self.result.wall_time_s = self._elapsed()
         self.result.save()
+        if not self.cfg.keep_checkpoints:
+            drop_checkpoints(self.checkpoint_dir)
         return self.result
 
     def _begin_episode(self):
@@ -273,7 +295,7 @@ class Trainer:
             "next_eval_frames": self.next_eval_frames, "next_checkpoint_frames": self.next_checkpoint_frames,
             "pending_snapshot_frames": list(self.pending_snapshot_frames),
             "eval_rewards": [list(pair) for pair in self.result.eval_rewards],
-            "snapshots": [str(p) for p in self.result.snapshots], "elapsed_s": self._elapsed(),
+            "snapshots": [_relative(p, self.out_dir) for p in self.result.snapshots], "elapsed_s": self._elapsed(),
             "collapse_warned": self._collapse_warned,
             "agent": self.agent.state_dict(), "replay": self.replay.state_dict(),
             "logger": self.logger.state_dict(self.frames),
@@ -287,9 +309,9 @@ class Trainer:
         if (state["monitor"] is None) != (self.monitor is None):
             raise SnapshotError(f"checkpoint of {self.phase} was written with analyses "
                                 f"{'off' if state['monitor'] is None else 'on'}: resume with the run's own "
-                                "analysis_every_frames, or start over with resume=false")
+                                "analysis_every_frames, or start over with start_over=true")
         if (state["phase"], state["task"], state["seed"]) != (self.phase, self.task, self.cfg.seed):
-            raise ValueError(f"checkpoint is of {state['phase']} on {state['task']} seed {state['seed']}, "
+            raise SnapshotError(f"checkpoint is of {state['phase']} on {state['task']} seed {state['seed']}, "
                              f"not {self.phase} on {self.task} seed {self.cfg.seed}")
         self.agent_steps, self.updates = int(state["agent_steps"]), int(state["updates"])
         self.result.episodes = int(state["episodes"])
@@ -297,7 +319,7 @@ class Trainer:
         self.next_checkpoint_frames = state["next_checkpoint_frames"]
         self.pending_snapshot_frames = list(state["pending_snapshot_frames"])
         self.result.eval_rewards = [(int(f), float(r)) for f, r in state["eval_rewards"]]
-        self.result.snapshots = [Path(p) for p in state["snapshots"]]
+        self.result.snapshots = [_inside(p, self.out_dir) for p in state["snapshots"]]
         self._elapsed_before = float(state["elapsed_s"])
         self._collapse_warned = bool(state["collapse_warned"])
         self.agent.load_state_dict(state["agent"])
@@ -326,13 +348,27 @@ class Trainer:
         self._last_checkpoint_time = time.time()
         return save_checkpoint(self.state_dict(), self.checkpoint_dir, self.frames, self.cfg.checkpoint_keep)
 
-    def resume_from_latest(self) -> Path | None:
-        """Load this phase's newest checkpoint, if any; returns its path."""
-        checkpoints = list_checkpoints(self.checkpoint_dir)
-        if not checkpoints:
-            return None
-        self.load_state_dict(load_checkpoint(checkpoints[-1]))
-        return checkpoints[-1]
+    def resume_or_start(self) -> Path | None:
+        """Continue from this phase's newest intact checkpoint and return its path; without one, start afresh,
+        dropping whatever an earlier attempt logged. An unreadable newest checkpoint (e.g. cut short by a full
+        disk) is deleted with a warning and the one before it used. Temporary files of a killed write go."""
+        for directory in (self.checkpoint_dir, self.out_dir / "snapshots"):
+            remove_partial_writes(directory)
+        for path in reversed(list_checkpoints(self.checkpoint_dir)):
+            try:
+                state = load_checkpoint(path)
+            except UnreadableFileError as error:
+                if not list_checkpoints(self.checkpoint_dir)[:-1]:
+                    raise
+                log.warning("%s; deleting it and resuming from the checkpoint before it", error)
+                path.unlink()
+                continue
+            self.load_state_dict(state)
+            return path
+        self.logger.reset()
+        if self.monitor is not None:
+            self.monitor.reset()
+        return None
 
 
 def _numpy_global_state() -> dict:

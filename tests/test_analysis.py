@@ -174,7 +174,7 @@ def tiny_config(run_dir, **overrides) -> Config:
     """Maze from states, 125 agent steps per episode, analyses every 1000 frames (every episode end)."""
     values = dict(env="point_mass_maze_explore", obs="states", action_repeat=8, seed_transitions=20,
                   replay_capacity=500, pretrain_frames=3000, snapshot_at_frames=[], checkpoint_every_frames=1000,
-                  checkpoint_keep=5, eval_episodes=1, analysis_every_frames=1000, variance_probes=8,
+                  checkpoint_keep=5, keep_checkpoints=True, eval_episodes=1, analysis_every_frames=1000, variance_probes=8,
                   variance_repeats=3, map_samples=32, tensorboard=False, progress_bar=False, run_dir=str(run_dir),
                   agent=AgentConfig(**TINY_AGENT))
     return Config(**{**values, **overrides})

@@ -7,7 +7,7 @@ record is complete (values and `result.json`), running or stopped (values, no `r
 no evaluation yet. Only complete records enter the curves, the tables and the statistics: partial curves are
 left out, and every (method, task, seed) of the grid without a complete record is listed in `summary.txt`.
 Writes into the output directory: `curves.png/.pdf`, `scores.csv/.md`, `aggregate.csv`, `aggregate.png/.pdf`,
-`profiles.png/.pdf` and `summary.txt`.
+`profiles.png/.pdf` and `summary.txt`. The statistics need rliable (the `sweep` extra), imported only then.
 """
 
 from __future__ import annotations
@@ -24,22 +24,18 @@ from typing import TYPE_CHECKING
 import numpy as np
 from omegaconf import DictConfig, OmegaConf
 
+from protorl.analysis.paths import inside
 from protorl.sweep import agent_choice
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
 
-try:
-    from rliable import library, metrics
-except ImportError as error:  # an optional dependency
-    raise ImportError("protorl-aggregate needs rliable: pip install 'protorl[sweep]'") from error
-
 # DMC rewards lie in [0, 1] per control step, so a task's returns lie in [0, control steps per episode]:
 # 1000 for the suite's tasks, the maze and the walker set; 250 for Reach Duplo (appendix C.1). Dividing by
 # that maps scores to [0, 1] for rliable's aggregates and performance profiles.
 DMC_MAX_RETURN = 1000.0
-METRICS = {"IQM": metrics.aggregate_iqm, "Mean": metrics.aggregate_mean, "Median": metrics.aggregate_median,
-           "Optimality Gap": metrics.aggregate_optimality_gap}
+METRICS = {"IQM": "aggregate_iqm", "Mean": "aggregate_mean", "Median": "aggregate_median",  # -> rliable.metrics
+           "Optimality Gap": "aggregate_optimality_gap"}
 COMPLETE, RUNNING, NOT_EVALUATED = "complete", "running or stopped", "no evaluation yet"
 DRQ = "drq"
 
@@ -78,7 +74,8 @@ def max_return(task: str) -> float:
 
 
 class AggregateError(ValueError):
-    """A path that does not exist or holds no run, or a run whose config lacks a `--group-by` key."""
+    """A path that does not exist or holds no run, a run whose config lacks a `--group-by` key, a `--metric`
+    column that no run has, or rliable missing when the statistics need it."""
 
 
 @dataclass
@@ -101,7 +98,10 @@ class Record:
 
 
 def discover_runs(paths: list[Path]) -> list[Path]:
-    """The run directories (holding `config.yaml`) at or below `paths`, without looking inside a run."""
+    """The run directories (holding `config.yaml`) at or below `paths`, without looking inside a run.
+
+    A directory below a path that is a symlink leading outside that path raises OutsideRunError: name its
+    target as a path itself. One leading inside is not followed (the walk finds its target)."""
     runs = []
     for path in paths:
         if not path.is_dir():
@@ -112,6 +112,8 @@ def discover_runs(paths: list[Path]) -> list[Path]:
                 found.append(Path(root))
                 dirs.clear()
             dirs[:] = sorted(d for d in dirs if d != ".hydra")  # Hydra's own copy of the unresolved config
+            for name in dirs:
+                inside(Path(root, name), path)
         if not found:
             raise AggregateError(f"{path} holds no protorl run (no directory with a config.yaml below it)")
         runs.extend(found)
@@ -153,15 +155,46 @@ def phases(run_dir: Path, cfg: DictConfig, metric: Metric) -> list[tuple[Path, s
 
 
 def read_records(run_dir: Path, group_by: list[str], metric: Metric = RETURN) -> list[Record]:
-    """One record per phase directory of the run that `metric` reads."""
-    cfg = OmegaConf.load(run_dir / "config.yaml")
+    """One record per phase directory of the run that `metric` reads; OutsideRunError if a symlink leads a
+    file it reads (`config.yaml`, `.hydra/hydra.yaml`, a phase's CSV or `result.json`) outside the run."""
+    cfg = OmegaConf.load(inside(run_dir / "config.yaml", run_dir))
+    inside(run_dir / ".hydra" / "hydra.yaml", run_dir)  # read by method_label for --group-by agent
     method = method_label(cfg, group_by, run_dir)
     records = []
     for phase, task in phases(run_dir, cfg, metric):
-        frames, values = read_curve(phase / metric.csv_name, metric.column)
-        status = NOT_EVALUATED if not len(frames) else COMPLETE if (phase / "result.json").is_file() else RUNNING
+        frames, values = read_curve(inside(phase / metric.csv_name, run_dir), metric.column)
+        result = inside(phase / "result.json", run_dir)
+        status = NOT_EVALUATED if not len(frames) else COMPLETE if result.is_file() else RUNNING
         records.append(Record(method, str(cfg.agent.name), task, int(cfg.seed), frames, values, status, phase))
     return records
+
+
+def check_metric_column(records: list[Record], runs: list[Path], metric: Metric) -> None:
+    """AggregateError unless a pre-training record's CSV has the `--metric` column; the message lists the
+    columns those CSVs have."""
+    if metric.downstream:
+        return
+    files = [r.path / metric.csv_name for r in records if (r.path / metric.csv_name).is_file()]
+    if not files:
+        raise AggregateError(f"--metric {metric.column}: none of the runs read ({len(runs)}) has a "
+                             f"pretrain/{metric.csv_name}")
+    columns = set()
+    for path in files:
+        with open(path, newline="") as f:
+            columns.update(next(csv.reader(f), []))
+    if metric.column not in columns:
+        raise AggregateError(f"--metric {metric.column}: no such column in the pretrain/{metric.csv_name} of the "
+                             f"{len(files)} runs that have one; their columns: "
+                             f"{', '.join(sorted(columns - {'frames'})) or 'none'}")
+
+
+def require_rliable() -> None:
+    """AggregateError, saying how to install it, unless rliable (the `sweep` extra) imports."""
+    try:
+        from rliable import library, metrics  # noqa: F401
+    except ImportError as error:
+        raise AggregateError(f"the statistics over complete records need rliable, which does not import ({error}): "
+                             'pip install -e ".[sweep]"') from error
 
 
 def flat_config(run_dir: Path) -> dict[str, object]:
@@ -270,8 +303,10 @@ def score_matrices(complete: list[Record], metric: Metric) -> tuple[dict[str, np
 
 def interval_estimates(matrices: dict[str, np.ndarray], reps: int) -> tuple[dict, dict]:
     """rliable's point estimates (metrics,) and 95% stratified-bootstrap CIs (2, metrics) per method."""
-    return library.get_interval_estimates(
-        matrices, lambda scores: np.array([f(scores) for f in METRICS.values()]), reps=reps)
+    from rliable import library, metrics
+
+    functions = [getattr(metrics, name) for name in METRICS.values()]
+    return library.get_interval_estimates(matrices, lambda scores: np.array([f(scores) for f in functions]), reps=reps)
 
 
 def write_estimates(points: dict, intervals: dict, path: Path) -> Path:
@@ -357,6 +392,7 @@ def plot_profiles(matrices: dict[str, np.ndarray], reps: int, colors: dict[str, 
     """Fraction of (seed, task) scores above each threshold in [0, 1], with 95% bootstrap CIs."""
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
+    from rliable import library
 
     plot_utils = _plot_utils()
     taus = np.linspace(0.0, 1.0, 101)
@@ -371,11 +407,22 @@ def plot_profiles(matrices: dict[str, np.ndarray], reps: int, colors: dict[str, 
 
 def aggregate_runs(paths: list[Path], out: Path, group_by: list[str], reps: int = 2000, seed: int = 0,
                    metric: Metric = RETURN) -> str:
-    """Write the tables, statistics and plots of the runs under `paths` into `out`; returns the summary."""
+    """Write the tables, statistics and plots of the runs under `paths` into `out`; returns the summary.
+
+    Symlinks: a run is read only if it stays inside the path it was found under, and its files only if they
+    stay inside the run directory. One leading elsewhere (a run directory linked into a sweep, a config.yaml or
+    CSV linked to another run's) raises OutsideRunError before anything is written, so that the results are
+    those of exactly the runs named, none silently dropped or mixed in. To include a linked run, name its target
+    as a path."""
     runs = discover_runs(paths)
-    records, duplicates = deduplicate([r for run in runs for r in read_records(run, group_by, metric)])
+    records = [r for run in runs for r in read_records(run, group_by, metric)]
+    check_metric_column(records, runs, metric)
+    records, duplicates = deduplicate(records)
     normalised = metric.label if metric.scale == 1 else f"{metric.label} / the task's maximum return"
     complete = [r for r in records if r.status == COMPLETE]
+    matrices, used = score_matrices(complete, metric)
+    if matrices:
+        require_rliable()
     out.mkdir(parents=True, exist_ok=True)
     lines = [f"protorl aggregate of {', '.join(map(str, paths))}",
              f"  {len(runs)} runs, {len(records)} {'downstream' if metric.downstream else 'pre-training'} records "
@@ -396,7 +443,6 @@ def aggregate_runs(paths: list[Path], out: Path, group_by: list[str], reps: int 
         colors = {method: f"C{i}" for i, method in enumerate(sorted({r.method for r in complete}))}
         written += write_scores(rows, out, metric) + plot_curves(complete, colors, out / "curves", metric.label)
         lines += ["", markdown_table(rows, metric), ""]
-        matrices, used = score_matrices(complete, metric)
         lines.append(f"  rliable ({normalised}, {reps} bootstrap reps, numpy seed {seed}):")
         lines += [f"    {line}" for line in used]
         if matrices:

@@ -152,6 +152,12 @@ class AnalysisMonitor:
         return knn_reward(points, self.agent.queue.filled(), self.cfg.agent.knn_k).squeeze(1).cpu().numpy()
 
     # -- checkpoints -------------------------------------------------------------------------------------
+    def reset(self) -> None:
+        """Drop the rows and maps an earlier attempt of this phase wrote without leaving a checkpoint."""
+        self.csv.reset()
+        for path in map_paths(self.map_dir, self.cfg.pretrain_frames) if self.map_dir.is_dir() else []:
+            path.unlink()
+
     def state_dict(self) -> dict:
         pending = np.stack(self._pending) if self._pending else np.zeros((0, 0))
         return {"next_frames": self.next_frames, "last_frames": self.last_frames, "csv": self.csv.tell(),
@@ -165,7 +171,7 @@ class AnalysisMonitor:
         if saved_shape != (None if self.counts is None else self.counts.shape):
             raise SnapshotError(f"checkpoint's coverage histogram has shape {saved_shape}, this run's "
                                 f"{None if self.counts is None else self.counts.shape}: resume with the run's own "
-                                "coverage_bins, or start over with resume=false")
+                                "coverage_bins, or start over with start_over=true")
         self.next_frames, self.last_frames = int(state["next_frames"]), int(state["last_frames"])
         self.csv.truncate(state["csv"])
         if self.counts is not None:

@@ -125,6 +125,11 @@ class DMCEnv:
         return (first * self.frame_stack, *rest)
 
     @property
+    def num_cameras(self) -> int:
+        """Cameras of the task's model: valid `camera_id`s are 0 to num_cameras - 1."""
+        return int(self.physics.model.ncam)
+
+    @property
     def physical_state_shape(self) -> tuple[int, ...]:
         """(nq + nv + na,): the shape of `TimeStep.physical_state`."""
         return self.physics.get_state().shape

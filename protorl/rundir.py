@@ -1,0 +1,167 @@
+"""A run directory is a contract: its `config.yaml` describes exactly the data in it.
+
+`claim_run_dir` enforces it before a run writes anything of its own:
+- one run at a time writes to a directory: an exclusive lock (`.lock`, holding the writer's pid) that the
+  operating system releases when the process ends, so a killed run's lock is stale and taken over;
+- a directory that holds data is continued only with the settings it was made with (`RERUN_FREE_KEYS` may
+  differ: they change how a run is watched or where it runs, not what it computes);
+- `resume=false` over existing data is refused unless `start_over=true`, which deletes the data first.
+"""
+
+from __future__ import annotations
+
+import errno
+import fcntl
+import logging
+import os
+import shutil
+from pathlib import Path
+
+from omegaconf import OmegaConf
+from omegaconf.errors import OmegaConfBaseException
+
+from protorl.config import Config, ConfigError
+
+log = logging.getLogger("protorl")
+
+CONFIG_FILE = "config.yaml"
+LOCK_FILE = ".lock"
+# what protorl writes into a run directory; `start_over` deletes these (Hydra's .hydra/ and log stay)
+RUN_DATA = ("config.yaml", "curves.png", "analysis", "pretrain", "wandb_id.txt", "wandb")
+RUN_DATA_PREFIXES = ("finetune",)  # finetune/ and finetune_<task>/
+# keys that may differ between the commands that write one directory
+RERUN_FREE_KEYS = frozenset({
+    "resume", "start_over", "keep_checkpoints", "run_dir", "device", "threads", "fast_malloc", "progress_bar",
+    "checkpoint_every_frames", "checkpoint_every_minutes", "checkpoint_keep",
+    "wandb", "wandb_project", "wandb_entity", "wandb_group", "save_video", "video_size",
+})
+
+_held: dict[Path, int] = {}  # run directory -> file descriptor of its lock, for the directories this process holds
+
+
+class RunDirError(ConfigError):
+    """The run directory cannot take this run; the message says why and what to do."""
+
+
+def claim_run_dir(cfg: Config) -> Path:
+    """Lock `cfg.run_dir` for this process and check the contract; returns the directory.
+
+    Idempotent within a process (Hydra's callback claims a single run's directory before Hydra writes into
+    it; `run` claims it again). On refusal nothing of this run is left behind.
+    """
+    run_dir = Path(cfg.run_dir).resolve()
+    if run_dir in _held:
+        return run_dir
+    created = not run_dir.exists()
+    try:
+        run_dir.mkdir(parents=True, exist_ok=True)
+        _lock(run_dir)
+        try:
+            _check_contract(run_dir, cfg)
+        except (RunDirError, OSError):
+            release_run_dir(run_dir)
+            raise
+    except (RunDirError, OSError) as error:
+        if created:
+            shutil.rmtree(run_dir, ignore_errors=True)
+        if isinstance(error, OSError):
+            raise RunDirError(f"cannot write to run directory {run_dir}: {error.strerror or error}") from None
+        raise
+    return run_dir
+
+
+def release_run_dir(run_dir: Path) -> None:
+    """Release this process's lock on `run_dir` (the end of a sweep job; a process's exit also releases it)."""
+    fd = _held.pop(Path(run_dir).resolve(), None)
+    if fd is not None:
+        os.ftruncate(fd, 0)  # an empty lock file: nobody holds it
+        os.close(fd)
+
+
+def holds_data(run_dir: Path) -> bool:
+    """Whether protorl has written run data into `run_dir`."""
+    return any(_data_paths(run_dir))
+
+
+def saved_config(run_dir: Path) -> Config:
+    """The config a run directory was made with (its config.yaml, on today's schema)."""
+    path = run_dir / CONFIG_FILE
+    try:
+        return OmegaConf.to_object(OmegaConf.merge(OmegaConf.structured(Config), OmegaConf.load(path)))
+    except (OSError, OmegaConfBaseException, ValueError) as error:
+        raise RunDirError(f"{path}: cannot be read as a protorl config ({_first_line(error)})") from None
+
+
+def config_differences(saved: Config, wanted: Config) -> list[str]:
+    """`key=saved (now: wanted)` for every result-changing key whose values differ, dotted, sorted."""
+    old = _flatten(OmegaConf.to_container(OmegaConf.structured(saved)))
+    new = _flatten(OmegaConf.to_container(OmegaConf.structured(wanted)))
+    return [f"{key}={old.get(key)!r} (now {new.get(key)!r})" for key in sorted(old.keys() | new.keys())
+            if key.split(".")[-1] not in RERUN_FREE_KEYS and old.get(key) != new.get(key)]
+
+
+def _check_contract(run_dir: Path, cfg: Config) -> None:
+    if not holds_data(run_dir):
+        return
+    if cfg.start_over:
+        for path in _data_paths(run_dir):
+            shutil.rmtree(path) if path.is_dir() and not path.is_symlink() else path.unlink()
+        log.info("start_over=true: deleted the earlier run's data in %s", run_dir)
+        return
+    if not cfg.resume:
+        raise RunDirError(f"run directory {run_dir} already holds a run and resume=false: add start_over=true to "
+                          "delete its data and start again, or choose another hydra.run.dir")
+    if not (run_dir / CONFIG_FILE).is_file():
+        raise RunDirError(f"run directory {run_dir} holds run data but no {CONFIG_FILE} to check it against: "
+                          "choose another hydra.run.dir, or add start_over=true to delete the data")
+    differences = config_differences(saved_config(run_dir), cfg)
+    if differences:
+        shown = "; ".join(differences[:6]) + (f"; and {len(differences) - 6} more" if len(differences) > 6 else "")
+        raise RunDirError(f"run directory {run_dir} holds a run with other settings: {shown}. Rerun it with its "
+                          f"own settings ({run_dir / CONFIG_FILE}), choose another hydra.run.dir, or add "
+                          "start_over=true to delete its data")
+
+
+def _lock(run_dir: Path) -> None:
+    path = run_dir / LOCK_FILE
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        holder = os.pread(fd, 64, 0).decode(errors="replace").strip() or "?"
+        os.close(fd)
+        raise RunDirError(f"run directory {run_dir} is in use by process {holder} (its lock {path}); wait for it "
+                          "to end, or choose another hydra.run.dir") from None
+    except OSError as error:
+        if error.errno not in (errno.ENOLCK, errno.EOPNOTSUPP, errno.ENOSYS):
+            os.close(fd)
+            raise
+        log.warning("cannot lock %s (%s): this file system has no locks, so a second run in the same "
+                    "directory would not be detected", path, error.strerror)
+    previous = os.pread(fd, 64, 0).decode(errors="replace").strip()
+    if previous and previous != str(os.getpid()):
+        log.info("run directory %s: taking over the stale lock of process %s, which has ended", run_dir, previous)
+    os.ftruncate(fd, 0)
+    os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+    _held[run_dir] = fd
+
+
+def _data_paths(run_dir: Path) -> list[Path]:
+    if not run_dir.is_dir():
+        return []
+    return sorted(path for path in run_dir.iterdir()
+                  if path.name in RUN_DATA or (path.name.startswith(RUN_DATA_PREFIXES) and path.is_dir()))
+
+
+def _flatten(tree: dict, prefix: str = "") -> dict:
+    flat = {}
+    for key, value in tree.items():
+        if isinstance(value, dict):
+            flat.update(_flatten(value, f"{prefix}{key}."))
+        else:
+            flat[f"{prefix}{key}"] = value
+    return flat
+
+
+def _first_line(error: BaseException) -> str:
+    return str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__

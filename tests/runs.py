@@ -1,0 +1,99 @@
+"""Helpers for tests that run protorl's console commands as subprocesses and read what they wrote.
+
+Not a test module: tests import it (`from tests.runs import ...`) instead of importing each other.
+"""
+
+from __future__ import annotations
+
+import csv
+import hashlib
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+# a tiny run from states: 1000-frame point_mass episodes of 125 agent steps (action repeat 8), a tiny agent
+STATES = [
+    "obs=states", "preset=small", "env=point_mass_easy", "action_repeat=8", "seed_transitions=20",
+    "replay_capacity=2000", "agent.batch_size=8", "agent.hidden_dim=32", "agent.feature_dim=16",
+    "agent.num_prototypes=16", "agent.candidates_per_prototype=2", "agent.proj_dim=16", "agent.pred_hidden_dim=32",
+    "agent.state_hidden_dim=32", "eval_episodes=1", "eval_every_frames=1000", "analysis_every_frames=null",
+    "snapshot_at_frames=[]", "progress_bar=false", "threads=1",
+]
+TIMEOUT_S = 150
+TIMING_COLUMNS = {"fps", "total_time_s", "analysis/time_s"}
+
+
+def command_line(command: str, *overrides: str, run_dir: Path) -> list[str]:
+    """`protorl-<command>` (through its console-script function) with Hydra overrides, in `run_dir`."""
+    return [sys.executable, "-c", f"from protorl.cli import {command}; {command}()", *overrides,
+            f"hydra.run.dir={run_dir}"]
+
+
+def environment() -> dict[str, str]:
+    return {**os.environ, "MUJOCO_GL": os.environ.get("MUJOCO_GL", "egl"), "OMP_NUM_THREADS": "1"}
+
+
+def run(command: str, *overrides: str, run_dir: Path, **popen) -> subprocess.CompletedProcess:
+    """Run a command to its end; its output captured."""
+    return subprocess.run(command_line(command, *overrides, run_dir=run_dir), capture_output=True, text=True,
+                          timeout=TIMEOUT_S, env=environment(), cwd=run_dir.parent, **popen)
+
+
+def start(command: str, *overrides: str, run_dir: Path) -> subprocess.Popen:
+    """Start a command in the background, its output discarded."""
+    run_dir.parent.mkdir(parents=True, exist_ok=True)
+    return subprocess.Popen(command_line(command, *overrides, run_dir=run_dir), env=environment(),
+                            cwd=run_dir.parent, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+
+def assert_ok(result: subprocess.CompletedProcess) -> None:
+    assert result.returncode == 0, f"exit {result.returncode}\nstdout:\n{result.stdout}\nstderr:\n{result.stderr}"
+    assert "Traceback" not in result.stderr, result.stderr
+
+
+def assert_user_error(result: subprocess.CompletedProcess, *fragments: str) -> str:
+    """Exit status 2 with one `protorl: error:` line (the last of stderr) holding every fragment; returns it."""
+    assert result.returncode == 2, f"exit {result.returncode}\nstdout:\n{result.stdout}\nstderr:\n{result.stderr}"
+    assert "Traceback" not in result.stderr + result.stdout, result.stderr
+    errors = [line for line in result.stderr.splitlines() if "protorl: error:" in line]
+    assert len(errors) == 1 and result.stderr.rstrip().endswith(errors[0]), result.stderr
+    for fragment in fragments:
+        assert fragment in errors[0], (fragment, errors[0])
+    return errors[0]
+
+
+def read_rows(path: Path) -> list[dict[str, str]]:
+    """A CSV's rows without its wall-time columns."""
+    with open(path, newline="") as f:
+        return [{k: v for k, v in row.items() if k not in TIMING_COLUMNS} for row in csv.DictReader(f)]
+
+
+def tree(root: Path, skip: Path | None = None) -> dict[str, str]:
+    """Relative path -> content hash of every file under `root` (links by target), except under `skip`."""
+    found = {}
+    for path in sorted(root.rglob("*")):
+        if skip is not None and (path == skip or skip in path.parents):
+            continue
+        if path.is_symlink():
+            found[str(path.relative_to(root))] = f"-> {os.readlink(path)}"
+        elif path.is_file():
+            found[str(path.relative_to(root))] = hashlib.sha1(path.read_bytes()).hexdigest()
+    return found
+
+
+def tensorboard_scalars(log_dir: Path) -> list[tuple[str, int, float]]:
+    """Every scalar event in every events file under `log_dir`, wall-time tags left out, sorted."""
+    from tensorboard.backend.event_processing.event_file_loader import EventFileLoader
+
+    scalars = []
+    for path in sorted(log_dir.glob("events.out.tfevents.*")):
+        for event in EventFileLoader(str(path)).Load():
+            for value in event.summary.value:
+                if value.tag.split("/")[-1] in {"fps", "total_time_s", "time_s"}:
+                    continue
+                number = value.simple_value if value.HasField("simple_value") else \
+                    float(value.tensor.float_val[0]) if value.tensor.float_val else None
+                if number is not None:
+                    scalars.append((value.tag, int(event.step), float(number)))
+    return sorted(scalars)

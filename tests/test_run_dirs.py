@@ -1,0 +1,284 @@
+"""A run directory cannot lie: its config.yaml describes its data, one run writes it at a time, nothing logged is
+lost or repeated across kills, and every bad input is one `protorl: error:` line (issue 12's numbered items).
+
+Every test drives the real console commands on tiny runs from states (subprocesses, seconds each).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import resource
+import shutil
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from omegaconf import OmegaConf
+
+from protorl.checkpoint import CheckpointError, atomic_save, list_checkpoints
+from tests.runs import (
+    STATES,
+    assert_ok,
+    assert_user_error,
+    read_rows,
+    run,
+    start,
+    tensorboard_scalars,
+    tree,
+)
+
+RUN = [*STATES, "pretrain_frames=4000", "checkpoint_every_frames=1000"]
+
+
+def wait_for(condition, process: subprocess.Popen | None = None, timeout_s: float = 120, poll_s: float = 0.005):
+    deadline = time.time() + timeout_s
+    while not condition():
+        assert process is None or process.poll() is None, "the run ended first"
+        assert time.time() < deadline, "timed out"
+        time.sleep(poll_s)
+
+
+def csv_rows(path: Path) -> int:
+    return len(read_rows(path)) if path.is_file() else 0
+
+
+def kill(process: subprocess.Popen) -> None:
+    process.send_signal(signal.SIGKILL)
+    process.wait()
+
+
+@pytest.fixture(scope="module")
+def straight(tmp_path_factory) -> Path:
+    """The reference: RUN without interruption."""
+    run_dir = tmp_path_factory.mktemp("rundirs") / "straight"
+    assert_ok(run("pretrain", *RUN, run_dir=run_dir))
+    return run_dir
+
+
+def same_logs(run_dir: Path, reference: Path, phase: str = "pretrain") -> None:
+    for name in ("train.csv", "eval.csv"):
+        assert read_rows(run_dir / phase / name) == read_rows(reference / phase / name), name
+    resumed, expected = tensorboard_scalars(run_dir / phase / "tb"), tensorboard_scalars(reference / phase / "tb")
+    assert len(expected) > 0 and resumed == expected
+
+
+def copy_of(run_dir: Path, tmp_path: Path, name: str = "copy") -> Path:
+    return Path(shutil.copytree(run_dir, tmp_path / name, symlinks=True))
+
+
+# 1. a rerun with other settings ----------------------------------------------------------------------------
+@pytest.mark.parametrize("changed", [["env=walker_walk", "seed=7"], ["obs=pixels"], ["agent.lr=0.001"]])
+def test_a_rerun_with_other_settings_is_refused_and_writes_nothing(straight, tmp_path, changed):
+    run_dir = copy_of(straight, tmp_path)
+    before = tree(run_dir)
+    error = assert_user_error(run("pretrain", *RUN, *changed, run_dir=run_dir), "other settings")
+    for override in changed:
+        assert override.split("=")[0] + "=" in error
+    assert tree(run_dir) == before
+
+
+def test_a_rerun_with_the_same_settings_continues(straight, tmp_path):
+    """Keys that change how a run is watched (threads, progress bar, checkpointing) may differ."""
+    run_dir = copy_of(straight, tmp_path)
+    result = run("pretrain", *RUN, "threads=2", "checkpoint_every_frames=2000", run_dir=run_dir)
+    assert_ok(result)
+    assert "already complete" in result.stderr + result.stdout
+    assert read_rows(run_dir / "pretrain" / "train.csv") == read_rows(straight / "pretrain" / "train.csv")
+    assert OmegaConf.load(run_dir / "config.yaml").threads == 1  # the data's own settings stay
+
+
+# 2. one run at a time; resume=false over data ----------------------------------------------------------------
+def test_a_second_run_in_a_busy_directory_is_refused(tmp_path):
+    run_dir = tmp_path / "busy"
+    first = start("pretrain", *RUN, run_dir=run_dir)
+    wait_for(lambda: csv_rows(run_dir / "pretrain" / "train.csv") >= 1, first)
+    assert_user_error(run("pretrain", *RUN, run_dir=run_dir), "in use by process", str(first.pid))
+    assert first.wait(timeout=120) == 0
+    episodes = [row["episode"] for row in read_rows(run_dir / "pretrain" / "train.csv")]
+    assert episodes == ["1", "2", "3", "4"]
+
+
+def test_resume_false_over_data_is_refused_and_start_over_starts_again(straight, tmp_path):
+    run_dir = copy_of(straight, tmp_path)
+    before = tree(run_dir)
+    assert_user_error(run("pretrain", *RUN, "resume=false", run_dir=run_dir), "start_over=true")
+    assert tree(run_dir) == before
+    assert_ok(run("pretrain", *RUN, "pretrain_frames=2000", "seed=2", "start_over=true", run_dir=run_dir))
+    assert OmegaConf.load(run_dir / "config.yaml").seed == 2
+    assert [row["episode"] for row in read_rows(run_dir / "pretrain" / "train.csv")] == ["1", "2"]
+
+
+# 3 and 8. every bad input: one line, exit 2, no run directory ------------------------------------------------
+@pytest.mark.parametrize("override, named", [
+    ("+agent.batchsize=3", "batchsize"), ("+pretrain_frame=100", "pretrain_frame"), ("nokey=1", "nokey"),
+    ("seed=abc", "seed"), ("seed=-1", "seed"), ("seed=5000000000", "seed"), ("seed=5e9", "seed"),
+    ("camera_id=99", "camera_id"), ("agent.lr=nan", "agent.lr"), ("replay_capacity=1", "replay_capacity"),
+    ("pretrain_frames=100", "no agent update"), ("agent=nope", "agent/nope"),
+])
+def test_bad_input_is_one_line_and_writes_nothing(tmp_path, override, named):
+    run_dir = tmp_path / "never"
+    assert_user_error(run("pretrain", *RUN, override, run_dir=run_dir), named)
+    assert not run_dir.exists()
+
+
+# 4, 9, 12 and the fault injection: kills at random points, inside checkpoint writes too -------------------------
+@pytest.mark.parametrize("kill_seed", [0, 1, 2])
+def test_a_run_killed_at_random_points_ends_with_the_same_logs(straight, tmp_path, kill_seed):
+    """Two SIGKILLs at random times (after 0-100% of the straight run's episodes), then a run to the end: the
+    CSVs and TensorBoard scalars equal the straight run's, no file outside the run directory changed, no
+    checkpoint or temporary file is left."""
+    rng = np.random.default_rng(kill_seed)
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "keep.txt").write_text("unchanged")
+    before = tree(tmp_path)
+    run_dir = tmp_path / "killed"
+    for _ in range(2):
+        process = start("pretrain", *RUN, run_dir=run_dir)
+        episodes = int(rng.integers(0, 4))
+        wait_for(lambda: csv_rows(run_dir / "pretrain" / "train.csv") >= episodes, process)  # noqa: B023
+        time.sleep(float(rng.uniform(0.0, 1.0)))
+        if process.poll() is None:
+            kill(process)
+    assert_ok(run("pretrain", *RUN, run_dir=run_dir))
+    same_logs(run_dir, straight)
+    assert tree(tmp_path, skip=run_dir) == before
+    assert not (run_dir / "pretrain" / "checkpoints").exists()
+    assert not list(run_dir.rglob("*.tmp"))
+
+
+def test_a_run_killed_inside_a_checkpoint_write_resumes(straight, tmp_path):
+    """Killed while the temporary file of a checkpoint is being written: the rerun removes it, resumes from
+    the checkpoint before and ends with the straight run's logs (the point at the checkpoint's frame kept)."""
+    run_dir = tmp_path / "in_write"
+    checkpoints = run_dir / "pretrain" / "checkpoints"
+    for attempt in range(10):  # a write lasts milliseconds: poll until one is caught mid-way
+        process = start("pretrain", *RUN, "agent.hidden_dim=512", "start_over=true", run_dir=run_dir)
+        try:
+            wait_for(lambda: any(checkpoints.glob("checkpoint_2000.pt.tmp")), process, poll_s=0.0005)
+        except AssertionError:
+            process.wait()
+            continue
+        kill(process)
+        if any(checkpoints.glob("*.tmp")):
+            break
+    else:
+        pytest.fail("no kill landed inside a checkpoint write in 10 tries")
+    assert [path.name for path in list_checkpoints(checkpoints)] == ["checkpoint_1000.pt"]
+    result = run("pretrain", *RUN, "agent.hidden_dim=512", run_dir=run_dir)
+    assert_ok(result)
+    assert "(frame 1000)" in result.stderr + result.stdout
+    assert not list(run_dir.rglob("*.tmp"))
+    reference = tmp_path / "reference"
+    assert_ok(run("pretrain", *RUN, "agent.hidden_dim=512", run_dir=reference))
+    same_logs(run_dir, reference)
+
+
+def test_an_unreadable_newest_checkpoint_falls_back_to_the_one_before(straight, tmp_path):
+    """9: a truncated newest checkpoint is deleted with a warning, the older one resumes; a stray
+    checkpoint_best.pt is not taken for a checkpoint."""
+    run_dir = tmp_path / "fallback"
+    checkpoints = run_dir / "pretrain" / "checkpoints"
+    process = start("pretrain", *RUN, run_dir=run_dir)
+    wait_for(lambda: len(list_checkpoints(checkpoints)) == 2 and csv_rows(run_dir / "pretrain" / "train.csv") >= 2,
+             process)
+    kill(process)
+    newest = list_checkpoints(checkpoints)[-1]
+    newest.write_bytes(newest.read_bytes()[: newest.stat().st_size // 2])
+    shutil.copy(list_checkpoints(checkpoints)[0], checkpoints / "checkpoint_best.pt")
+    result = run("pretrain", *RUN, run_dir=run_dir)
+    assert_ok(result)
+    output = result.stderr + result.stdout
+    assert f"deleting it and resuming from the checkpoint before it" in output and newest.name in output
+    same_logs(run_dir, straight)
+
+
+# 5. paths inside a run directory are its own ------------------------------------------------------------------
+def test_a_moved_run_directory_uses_its_own_snapshots(tmp_path):
+    first, moved = tmp_path / "first", tmp_path / "moved"
+    assert_ok(run("pretrain", *RUN, "pretrain_frames=2000", "finetune_frames=1000", run_dir=first))
+    result = json.loads((first / "pretrain" / "result.json").read_text())
+    assert not any(os.path.isabs(path) for path in [result["out_dir"], *result["snapshots"]])
+    shutil.move(first, moved)
+    # protorl-train finds pre-training complete and fine-tunes from the moved directory's snapshot
+    assert_ok(run("train", *RUN, "pretrain_frames=2000", "finetune_frames=1000", run_dir=moved))
+    assert (moved / "finetune" / "result.json").is_file()
+
+
+# 6 and 7. writing errors, the free-space rule -----------------------------------------------------------------
+def _file_size_limit(limit_bytes: int):
+    def apply() -> None:
+        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # a write past the limit fails with EFBIG instead
+        resource.setrlimit(resource.RLIMIT_FSIZE, (limit_bytes, limit_bytes))
+    return apply
+
+
+def test_a_write_that_fails_midway_is_one_line(tmp_path):
+    """A file-size limit below a checkpoint's size (~230 kB) and above the logs': the checkpoint write fails
+    midway, as on a full disk."""
+    run_dir = tmp_path / "full"
+    result = run("pretrain", *RUN, run_dir=run_dir, preexec_fn=_file_size_limit(128 * 1024))
+    assert_user_error(result, "cannot write", "checkpoint_1000.pt", "File too large")
+    assert not list(run_dir.rglob("*.tmp"))
+
+
+@pytest.fixture
+def mount():
+    """mount(path, options): a tmpfs at `path` (root only; skips elsewhere), unmounted at the end."""
+    mounted = []
+
+    def make(path: Path, options: str) -> Path:
+        path.mkdir(parents=True, exist_ok=True)
+        if os.geteuid() != 0 or subprocess.run(["mount", "-t", "tmpfs", "-o", options, "tmpfs", str(path)],
+                                               capture_output=True).returncode != 0:
+            pytest.skip("needs to mount a tmpfs (root)")
+        mounted.append(path)
+        return path
+
+    yield make
+    for path in reversed(mounted):
+        subprocess.run(["umount", str(path)], check=False)
+
+
+def test_a_read_only_checkpoint_directory_is_one_line(straight, tmp_path, mount):
+    run_dir = copy_of(straight, tmp_path)
+    mount(run_dir / "finetune" / "checkpoints", "ro,size=64m")
+    result = run("train", *RUN, run_dir=run_dir)
+    assert_user_error(result, "cannot write", "checkpoint_1000.pt", "Read-only file system")
+
+
+def test_a_read_only_run_directory_is_one_line(tmp_path, mount):
+    run_dir = mount(tmp_path / "readonly", "ro,size=64m")
+    assert_user_error(run("pretrain", *RUN, run_dir=run_dir), str(run_dir), "Read-only file system")
+
+
+def test_a_snapshot_fits_a_disk_just_larger_than_it(tmp_path, mount):
+    """7: a ~8 MB snapshot on a 30 MiB disk (the fixed 64 MiB margin refused it after the whole phase)."""
+    disk = mount(tmp_path / "small_disk", "size=30m")
+    run_dir = disk / "run"
+    assert_ok(run("pretrain", *STATES, "pretrain_frames=1000", "agent.hidden_dim=1024",
+                  "checkpoint_every_frames=null", run_dir=run_dir))
+    snapshot = run_dir / "pretrain" / "snapshots" / "snapshot_1000.pt"
+    assert snapshot.stat().st_size > 4 * 2**20
+
+
+def test_a_file_larger_than_the_free_space_is_refused_before_writing(tmp_path):
+    huge = {"weights": torch.zeros(1).expand(2**50)}  # 4 PiB by its size, no memory
+    with pytest.raises(CheckpointError, match="free"):
+        atomic_save(huge, tmp_path / "huge.pt")
+    assert list(tmp_path.iterdir()) == []
+
+
+# 12. what a finished phase keeps -----------------------------------------------------------------------------
+def test_a_finished_phase_drops_its_checkpoints_unless_asked(straight, tmp_path):
+    assert not (straight / "pretrain" / "checkpoints").exists()
+    assert len(list((straight / "pretrain" / "tb").iterdir())) == 1
+    kept = tmp_path / "kept"
+    assert_ok(run("pretrain", *RUN, "pretrain_frames=2000", "keep_checkpoints=true", run_dir=kept))
+    assert [p.name for p in list_checkpoints(kept / "pretrain" / "checkpoints")] == \
+        ["checkpoint_1000.pt", "checkpoint_2000.pt"]
