@@ -100,7 +100,7 @@ def main() -> None:
         parser.error("--episodes must be at least 2")
     every = args.every or max(1, args.episodes // 25)
 
-    from protorl.config import validate
+    from protorl.validate import validate
     from protorl.training import Trainer, prepare_process
 
     samples: list[tuple[int, int, float, int, bool]] = []  # (episode, frames, rss MB, gc objects, ring wrapped)

@@ -23,7 +23,7 @@ from hydra.experimental.callback import Callback
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
-from protorl.config import Config, ConfigError, downstream_dir_name, downstream_tasks, validate
+from protorl.config import Config, ConfigError, downstream_dir_name, downstream_tasks
 
 log = logging.getLogger("protorl")
 ConfigStore.instance().store(name="protorl_schema", node=Config)
@@ -37,6 +37,7 @@ def checked_config(cfg: DictConfig, command: str) -> tuple[Config, dict | None]:
     """
     from protorl.envs import make_env
     from protorl.snapshot import SnapshotError, load_snapshot
+    from protorl.validate import validate
 
     pretrained = None
     try:
@@ -76,19 +77,28 @@ class ValidateBeforeRun(Callback):
 
         keys = [key for key in config if key not in ("hydra", "run_dir")]
         user_config = OmegaConf.merge(OmegaConf.masked_copy(config, keys), {"run_dir": config.hydra.run.dir})
-        checked, _ = checked_config(user_config, config.hydra.job.name)
+        checked, pretrained = checked_config(user_config, config.hydra.job.name)
         try:
-            claim_run_dir(checked)
+            run_dir = claim_run_dir(checked)
         except ConfigError as error:
             _exit_with(error)
+        _checked[run_dir] = checked, pretrained
+
+
+_checked: dict[Path, tuple[Config, dict | None]] = {}  # a single run's config, checked once by the callback
 
 
 def run(cfg: DictConfig, command: str) -> None:
-    """Validate the config, claim the run directory, then run the phases of `command`; user errors exit with
-    status 2, unwritable files too (naming the file)."""
+    """Validate the config (unless the callback did), claim the run directory, then run the phases of `command`;
+    user errors exit with status 2, unwritable files too (naming the file)."""
     from protorl.rundir import claim_run_dir, release_run_dir
 
-    config, pretrained = checked_config(cfg, command)
+    run_dir = Path(cfg.run_dir).resolve()
+    if run_dir in _checked:  # a single run: Hydra's callback checked it before creating the directory
+        config, pretrained = _checked.pop(run_dir)
+        config.run_dir = cfg.run_dir
+    else:  # a sweep's job
+        config, pretrained = checked_config(cfg, command)
     try:
         run_dir = claim_run_dir(config)
     except ConfigError as error:

@@ -194,7 +194,8 @@ class ProtoHead(nn.Module):
 
     @torch.no_grad()
     def normalize_prototypes_(self) -> None:
-        """L2-normalise every prototype in place; called before each use, as in the paper's code."""
+        """L2-normalise every prototype in place: at creation, after every SSL step and on loading, so they are
+        unit-norm whenever used (the paper's code normalises them before each use)."""
         self.prototypes.copy_(F.normalize(self.prototypes, dim=1))
 
     def project(self, y: torch.Tensor) -> torch.Tensor:

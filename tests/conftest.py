@@ -108,7 +108,7 @@ def random_replay() -> ReplayBuffer:
 
 
 @pytest.fixture
-def make_agent(tiny_cfg):
+def build_agent(tiny_cfg):
     """Factory: a pixel ProtoAgent for point_mass (9x32x32 observations, 2-d actions) on the CPU."""
 
     def factory(phase: str = "pretrain", cfg: AgentConfig | None = None, seed: int | None = None) -> ProtoAgent:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import csv
 import hashlib
+import math
 import os
 import subprocess
 import sys
@@ -19,6 +20,15 @@ STATES = [
     "agent.num_prototypes=16", "agent.candidates_per_prototype=2", "agent.proj_dim=16", "agent.pred_hidden_dim=32",
     "agent.state_hidden_dim=32", "eval_episodes=1", "eval_every_frames=1000", "analysis_every_frames=null",
     "snapshot_at_frames=[]", "progress_bar=false", "threads=1",
+]
+# a tiny run from pixels: 32x32 frames, action repeat 8 (125 agent steps per 1000-frame point_mass episode), a
+# tiny agent, one intra-op thread: each subprocess takes seconds
+TINY = [
+    "image_size=32", "action_repeat=8", "seed_transitions=20", "replay_capacity=500",
+    "agent.batch_size=8", "agent.hidden_dim=32", "agent.feature_dim=16", "agent.num_prototypes=16",
+    "agent.candidates_per_prototype=2", "agent.proj_dim=16", "agent.pred_hidden_dim=32",
+    "agent.state_hidden_dim=32", "eval_episodes=1", "eval_every_frames=1000",
+    "tensorboard=false", "progress_bar=false", "threads=1",
 ]
 TIMEOUT_S = 150
 TIMING_COLUMNS = {"fps", "total_time_s", "analysis/time_s"}
@@ -63,10 +73,24 @@ def assert_user_error(result: subprocess.CompletedProcess, *fragments: str) -> s
     return errors[0]
 
 
+def assert_finite_floats(row: dict[str, str], keys) -> None:
+    """Each of `keys` in a CSV row holds a finite number (not empty, not nan, not inf)."""
+    for key in keys:
+        assert row[key] != "", (key, row)
+        assert math.isfinite(float(row[key])), (key, row[key])
+
+
+def read_csv(path: Path) -> tuple[list[str], list[dict[str, str]]]:
+    """A CSV's header and rows."""
+    with open(path, newline="") as f:
+        reader = csv.DictReader(f)
+        rows = list(reader)
+        return list(reader.fieldnames or []), rows
+
+
 def read_rows(path: Path) -> list[dict[str, str]]:
     """A CSV's rows without its wall-time columns."""
-    with open(path, newline="") as f:
-        return [{k: v for k, v in row.items() if k not in TIMING_COLUMNS} for row in csv.DictReader(f)]
+    return [{k: v for k, v in row.items() if k not in TIMING_COLUMNS} for row in read_csv(path)[1]]
 
 
 def tree(root: Path, skip: Path | None = None) -> dict[str, str]:

@@ -66,18 +66,18 @@ def run_updates(agent: ProtoAgent, replay: ReplayBuffer, steps) -> list[dict[str
 
 
 @pytest.fixture
-def pretrained(make_agent, replay):
+def pretrained(build_agent, replay):
     """A pre-training agent after 4 updates (its critic, temperature and actor have moved)."""
-    agent = make_agent("pretrain", seed=0)
+    agent = build_agent("pretrain", seed=0)
     run_updates(agent, replay, range(4))
     return agent
 
 
 @pytest.fixture
-def finetuned(make_agent, pretrained):
+def finetuned(build_agent, pretrained):
     """(fine-tune agent freshly loaded from `pretrained`, deep copy of the loaded representation state)."""
     state = copy.deepcopy(pretrained.representation_state())
-    agent = make_agent("finetune", seed=1)
+    agent = build_agent("finetune", seed=1)
     agent.load_pretrained(state)
     return agent, copy.deepcopy(state)
 
@@ -85,13 +85,13 @@ def finetuned(make_agent, pretrained):
 # -- construction ------------------------------------------------------------------------------------
 
 
-def test_unknown_phase_rejected(make_agent):
+def test_unknown_phase_rejected(build_agent):
     with pytest.raises(ValueError, match="phase"):
-        make_agent("finetuning")
+        build_agent("finetuning")
 
 
-def test_pretrain_agent_structure(make_agent, tiny_cfg):
-    agent = make_agent("pretrain", seed=0)
+def test_pretrain_agent_structure(build_agent, tiny_cfg):
+    agent = build_agent("pretrain", seed=0)
     m, t, d = tiny_cfg.num_prototypes, tiny_cfg.candidates_per_prototype, tiny_cfg.proj_dim
     assert agent.head.prototypes.shape == (m, d)
     assert agent.queue.capacity == m * t and agent.queue.size == 0 and agent.queue.pointer == 0
@@ -112,8 +112,8 @@ def test_pretrain_agent_structure(make_agent, tiny_cfg):
 # -- pre-training: what learns from what -------------------------------------------------------------
 
 
-def test_pretrain_update_changes_representation_and_rl(make_agent, replay):
-    agent = make_agent("pretrain", seed=0)
+def test_pretrain_update_changes_representation_and_rl(build_agent, replay):
+    agent = build_agent("pretrain", seed=0)
     before = {name: clone_params(m) for name, m in representation_modules(agent).items()}
     prototypes = agent.head.prototypes.detach().clone()
     actor, critic = clone_params(agent.sac.actor), clone_params(agent.sac.critic)
@@ -134,8 +134,8 @@ def test_pretrain_update_changes_representation_and_rl(make_agent, replay):
     assert metrics["intr_reward_mean"] >= 0
 
 
-def test_pretrain_actor_updates_only_every_actor_update_every(make_agent, replay):
-    agent = make_agent("pretrain", seed=0)
+def test_pretrain_actor_updates_only_every_actor_update_every(build_agent, replay):
+    agent = build_agent("pretrain", seed=0)
     actor, log_alpha = clone_params(agent.sac.actor), agent.sac.log_alpha.item()
     metrics = agent.update(replay, step=1)  # 1 % 2 != 0: critic only
     assert "actor_loss" not in metrics
@@ -143,8 +143,8 @@ def test_pretrain_actor_updates_only_every_actor_update_every(make_agent, replay
     assert agent.sac.log_alpha.item() == log_alpha
 
 
-def test_sac_update_never_touches_the_representation(make_agent, replay):
-    agent = make_agent("pretrain", seed=0)
+def test_sac_update_never_touches_the_representation(build_agent, replay):
+    agent = build_agent("pretrain", seed=0)
     batch, _, _, features, next_features = sample_features(agent, replay)
     reward = agent.intrinsic_reward(agent.head.projector(next_features))
     rep_before = representation_snapshot(agent)
@@ -160,8 +160,8 @@ def test_sac_update_never_touches_the_representation(make_agent, replay):
     assert_all_changed(critic, clone_params(agent.sac.critic))
 
 
-def test_sac_update_rejects_features_that_require_grad(make_agent, replay):
-    agent = make_agent("pretrain", seed=0)
+def test_sac_update_rejects_features_that_require_grad(build_agent, replay):
+    agent = build_agent("pretrain", seed=0)
     batch, _, _, features, next_features = sample_features(agent, replay)
     reward = torch.zeros(agent.cfg.batch_size, 1)
     critic = clone_params(agent.sac.critic)
@@ -174,8 +174,8 @@ def test_sac_update_rejects_features_that_require_grad(make_agent, replay):
     assert all(p.grad is None for p in agent.encoder.parameters())
 
 
-def test_representation_loss_gradients_reach_representation_only(make_agent, replay):
-    agent = make_agent("pretrain", seed=0)
+def test_representation_loss_gradients_reach_representation_only(build_agent, replay):
+    agent = build_agent("pretrain", seed=0)
     _, _, next_obs, features, _ = sample_features(agent, replay)
     loss, _ = agent.representation_loss(features, next_obs)
     assert loss.ndim == 0 and torch.isfinite(loss) and loss.item() > 0
@@ -213,9 +213,9 @@ def test_state_observation_agent_pretrain_update(tiny_cfg):
 
 
 @pytest.mark.parametrize(("every", "tau"), [(2, 0.05), (3, 0.3)])
-def test_targets_follow_online_by_ema_on_schedule(make_agent, make_cfg, replay, every, tau):
+def test_targets_follow_online_by_ema_on_schedule(build_agent, make_cfg, replay, every, tau):
     cfg = make_cfg(encoder_target_update_every=every, encoder_target_tau=tau)
-    agent = make_agent("pretrain", cfg=cfg, seed=0)
+    agent = build_agent("pretrain", cfg=cfg, seed=0)
     agent.update(replay, step=1)  # an off-schedule step first, so the online and target weights differ
     pairs = [(agent.encoder, agent.encoder_target), (agent.head.projector, agent.projector_target)]
     for step in range(2, 8):
@@ -237,8 +237,8 @@ def test_targets_follow_online_by_ema_on_schedule(make_agent, make_cfg, replay, 
                 assert not torch.equal(value, clone_params(online)[name])
 
 
-def test_targets_ema_uses_post_step_online_weights_as_in_paper(make_agent, replay):
-    agent = make_agent("pretrain", seed=0)
+def test_targets_ema_uses_post_step_online_weights_as_in_paper(build_agent, replay):
+    agent = build_agent("pretrain", seed=0)
     agent.update(replay, step=1)
     target_before = clone_params(agent.encoder_target)
     agent.update(replay, step=2)
@@ -251,27 +251,35 @@ def test_targets_ema_uses_post_step_online_weights_as_in_paper(make_agent, repla
 # -- prototypes and queue ----------------------------------------------------------------------------
 
 
-def test_prototypes_are_normalised_before_use(make_agent, replay):
-    """Prototypes of norm 3 are projected back onto the unit sphere before the update uses them: after one
-    Adam step (|delta| ~ lr per entry) their norms are ~1, not ~3."""
-    agent = make_agent("pretrain", seed=0)
-    with torch.no_grad():
-        agent.head.prototypes.mul_(3.0)
-    agent.update(replay, step=0)
-    norms = agent.head.prototypes.detach().norm(dim=1)
-    assert torch.allclose(norms, torch.ones_like(norms), atol=1e-2), norms
+def test_prototypes_are_put_back_on_the_sphere_after_each_ssl_step(build_agent, make_cfg, replay):
+    """The prototypes are kept unit-norm by normalising them after each L_SSL step (not before each use):
+    prototypes pushed off the sphere (norm 3) are at norm 1 after the next SSL step, and an update without an
+    SSL step (`ssl_update_every=2`, odd steps) leaves them exactly as they were."""
+    agent = build_agent("pretrain", cfg=make_cfg(ssl_update_every=2), seed=0)
+    ones = torch.ones(agent.head.prototypes.shape[0])
+    for step in range(4):
+        with torch.no_grad():
+            agent.head.prototypes.mul_(3.0)
+        before = agent.head.prototypes.detach().clone()
+        agent.update(replay, step)
+        after = agent.head.prototypes.detach()
+        if step % 2 == 0:  # an SSL step: a gradient step, then the projection onto the sphere
+            torch.testing.assert_close(after.norm(dim=1), ones, rtol=0, atol=1e-6)
+            assert not torch.allclose(after, F.normalize(before, dim=1), rtol=0, atol=1e-7)  # the step moved them
+        else:  # no SSL step: no gradient step and no renormalisation
+            assert torch.equal(after, before), step
 
 
-def test_prototypes_unit_norm_after_pretrain_update(make_agent, replay):
-    agent = make_agent("pretrain", seed=0)
+def test_prototypes_unit_norm_after_pretrain_update(build_agent, replay):
+    agent = build_agent("pretrain", seed=0)
     agent.update(replay, step=0)
     norms = agent.head.prototypes.detach().norm(dim=1)
     torch.testing.assert_close(norms, torch.ones_like(norms), rtol=0, atol=1e-6)
 
 
 @pytest.mark.parametrize("phase", ["pretrain", "finetune"])
-def test_queue_receives_num_prototypes_candidates_per_update(make_agent, replay, tiny_cfg, phase):
-    agent = make_agent(phase, seed=0)
+def test_queue_receives_num_prototypes_candidates_per_update(build_agent, replay, tiny_cfg, phase):
+    agent = build_agent(phase, seed=0)
     m, capacity = tiny_cfg.num_prototypes, tiny_cfg.num_prototypes * tiny_cfg.candidates_per_prototype
     assert capacity == 2 * m
     expected_sizes = [m, 2 * m, 2 * m, 2 * m]
@@ -358,7 +366,7 @@ def test_finetune_refreshes_queue(finetuned, replay, tiny_cfg):
 
 
 @pytest.mark.parametrize("intr_coef", [0.0, 0.5])
-def test_finetune_reward_is_extrinsic_plus_scaled_intrinsic(make_agent, make_cfg, pretrained, random_replay,
+def test_finetune_reward_is_extrinsic_plus_scaled_intrinsic(build_agent, make_cfg, pretrained, random_replay,
                                                             intr_coef):
     """Recompute the update from the same batch and random draws: the critic target must use r + coef * r_intr.
 
@@ -367,7 +375,7 @@ def test_finetune_reward_is_extrinsic_plus_scaled_intrinsic(make_agent, make_cfg
     `random_replay` has dense random rewards in [0, 1), so both terms matter.
     """
     cfg = make_cfg(intr_coef=intr_coef)
-    agent = make_agent("finetune", cfg=cfg, seed=1)
+    agent = build_agent("finetune", cfg=cfg, seed=1)
     agent.load_pretrained(copy.deepcopy(pretrained.representation_state()))
     twins = [copy.deepcopy(agent) for _ in range(3)]
     twin_replays = [copy.deepcopy(random_replay) for _ in range(3)]
@@ -405,10 +413,10 @@ def test_finetune_reward_is_extrinsic_plus_scaled_intrinsic(make_agent, make_cfg
 
 
 @pytest.mark.parametrize("phase", ["pretrain", "finetune"])
-def test_updates_are_deterministic_on_cpu(make_agent, replay, pretrained, phase):
+def test_updates_are_deterministic_on_cpu(build_agent, replay, pretrained, phase):
     states = []
     for _ in range(2):
-        agent = make_agent(phase, seed=3)
+        agent = build_agent(phase, seed=3)
         if phase == "finetune":
             agent.load_pretrained(copy.deepcopy(pretrained.representation_state()))
         metrics = run_updates(agent, copy.deepcopy(replay), range(3))
@@ -423,5 +431,5 @@ def test_updates_are_deterministic_on_cpu(make_agent, replay, pretrained, phase)
     assert_all_equal(a, b)
     assert metrics_a == metrics_b
     # and the agents did learn something in those 3 updates
-    fresh = make_agent(phase, seed=3)
+    fresh = build_agent(phase, seed=3)
     assert not torch.equal(clone_params(fresh.sac.critic)["q1.0.weight"], a["critic.q1.0.weight"])

@@ -28,13 +28,14 @@ from protorl.analysis.report import NotARunError, analyze_run
 from protorl.analysis.variance import proto_candidates, reward_variance, spread
 from protorl.checkpoint import SnapshotError
 from protorl.cli import analyze
-from protorl.config import AgentConfig, Config, ConfigError, validate
+from protorl.config import AgentConfig, Config, ConfigError
 from protorl.envs import DMCEnv
 from protorl.logger import Logger
 from protorl.replay import ReplayBuffer
 from protorl.training import Trainer
+from protorl.validate import validate
 from tests.conftest import TINY_AGENT
-from tests.test_cli import TINY, assert_ok, protorl, read_csv
+from tests.runs import TINY, assert_ok, read_csv, run
 
 UNIT_SQUARE_2X2 = CoverageSpec(("x", "y"), np.array([0, 1]), np.zeros(2), np.ones(2), np.zeros(2, dtype=bool), 2)
 
@@ -122,8 +123,8 @@ def test_spread_by_hand():
     assert spread(rewards) == pytest.approx((4 / 3, 1 / 3, 0.5 / 3))
 
 
-def test_reward_variance_leaves_training_state_alone(make_agent, replay):
-    agent = make_agent()
+def test_reward_variance_leaves_training_state_alone(build_agent, replay):
+    agent = build_agent()
     agent.queue.enqueue(torch.randn(5, agent.cfg.proj_dim))
     queue, replay_rng = copy.deepcopy(agent.queue.state_dict()), copy.deepcopy(replay._rng.bit_generator.state)
     torch_rng, numpy_rng = torch.get_rng_state(), np.random.get_state()[1].copy()
@@ -174,9 +175,9 @@ def tiny_config(run_dir, **overrides) -> Config:
     """Maze from states, 125 agent steps per episode, analyses every 1000 frames (every episode end)."""
     values = dict(env="point_mass_maze_explore", obs="states", action_repeat=8, seed_transitions=20,
                   replay_capacity=500, pretrain_frames=3000, snapshot_at_frames=[], checkpoint_every_frames=1000,
-                  checkpoint_keep=5, keep_checkpoints=True, eval_episodes=1, analysis_every_frames=1000, variance_probes=8,
-                  variance_repeats=3, map_samples=32, tensorboard=False, progress_bar=False, run_dir=str(run_dir),
-                  agent=AgentConfig(**TINY_AGENT))
+                  checkpoint_keep=5, keep_checkpoints=True, eval_episodes=1, analysis_every_frames=1000,
+                  variance_probes=8, variance_repeats=3, map_samples=32, tensorboard=False, progress_bar=False,
+                  run_dir=str(run_dir), agent=AgentConfig(**TINY_AGENT))
     return Config(**{**values, **overrides})
 
 
@@ -235,9 +236,9 @@ def test_config_checks_analysis_values():
 def maze_run(tmp_path_factory):
     run_dir = tmp_path_factory.mktemp("analysis") / "maze"
     overrides = [o for o in TINY if not o.startswith("tensorboard=")]
-    assert_ok(protorl("pretrain", *overrides, "tensorboard=true", "env=point_mass_maze_explore", "pretrain_frames=2000",
-                      "snapshot_at_frames=[]", "analysis_every_frames=1000", "variance_probes=16",
-                      "variance_repeats=4", "map_samples=64", run_dir=run_dir))
+    assert_ok(run("pretrain", *overrides, "tensorboard=true", "env=point_mass_maze_explore", "pretrain_frames=2000",
+                  "snapshot_at_frames=[]", "analysis_every_frames=1000", "variance_probes=16",
+                  "variance_repeats=4", "map_samples=64", run_dir=run_dir))
     return run_dir
 
 

@@ -19,6 +19,7 @@ from protorl.config import AgentConfig
 from protorl.diagnostics import collapse_message, projection_diagnostics, sinkhorn_entropy
 from protorl.proto import ANTI_COLLAPSE, Projector, ProtoHead, knn_reward, sinkhorn
 from protorl.snapshot import SnapshotError, check_architecture
+from tests.runs import assert_ok, read_csv, run
 
 VARIANTS = [variant for variant in ANTI_COLLAPSE if variant != "none"]
 
@@ -305,20 +306,16 @@ ACCEPTANCE = ["preset=small", "obs=states", "env=point_mass_maze_explore", "pret
 @pytest.fixture(scope="module")
 def small_runs(tmp_path_factory):
     """The issue's acceptance command with the small preset's variant, and the same with the paper's algorithm."""
-    from tests.test_cli import assert_ok, protorl
-
     root = tmp_path_factory.mktemp("alive")
     runs = {}
     for name, extra in (("variant", []), ("paper", ["agent=proto_paper"])):
-        result = protorl("pretrain", *ACCEPTANCE, *extra, run_dir=root / name)
+        result = run("pretrain", *ACCEPTANCE, *extra, run_dir=root / name)
         assert_ok(result)
         runs[name] = (root / name, result.stdout + result.stderr)
     return runs
 
 
 def test_small_preset_keeps_the_representation_alive(small_runs):
-    from tests.test_cli import read_csv
-
     run_dir, output = small_runs["variant"]
     columns, rows = read_csv(run_dir / "pretrain" / "train.csv")
     assert {"repr/distinct_prototypes", "repr/target_entropy", "repr/projection_spread",
@@ -331,8 +328,6 @@ def test_small_preset_keeps_the_representation_alive(small_runs):
 
 
 def test_the_papers_algorithm_collapses_and_the_run_says_so_once(small_runs):
-    from tests.test_cli import read_csv
-
     run_dir, output = small_runs["paper"]
     assert output.count("the representation has collapsed at frame") == 1, output
     assert "has collapsed" in (run_dir / "pretrain.log").read_text()  # Hydra names the log after the command

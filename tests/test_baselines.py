@@ -16,13 +16,13 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from protorl.agents import AGENTS, APTAgent, DrQAgent, ICMAgent, RandomAgent, make_agent
+from protorl.agents import AGENTS, APTAgent, DrQAgent, ICMAgent, ProtoAgent, RandomAgent, make_agent
 from protorl.agents.apt import nt_xent_loss, particle_entropy_reward
 from protorl.agents.icm import RunningMeanStd, normalized_curiosity
 from protorl.config import AgentConfig
 from protorl.snapshot import load_snapshot
 from tests.conftest import PIXEL_OBS_SHAPE, POINT_MASS_ACTION_SHAPE
-from tests.test_cli import TINY, assert_ok, assert_user_error, protorl, read_csv
+from tests.runs import TINY, assert_ok, assert_user_error, read_csv, run
 
 CPU = torch.device("cpu")
 
@@ -227,10 +227,26 @@ def test_nt_xent_matches_its_definition():
     assert nt_xent_loss(z1, z1, tau) < nt_xent_loss(z1, z2, tau)
 
 
-def test_agent_registry_lists_every_method():
-    assert set(AGENTS) == {"proto", "random", "icm", "apt", "drq"}
-    assert AGENTS["random"] is RandomAgent and AGENTS["icm"] is ICMAgent and AGENTS["apt"] is APTAgent
-    assert AGENTS["drq"] is DrQAgent
+def test_every_method_is_selectable_by_name(tiny_cfg):
+    """Each of the paper's methods has a config group option (`agent=NAME`) whose `agent.name` makes
+    `make_agent` build that method's class; every option names a registered agent; an unknown name is refused
+    listing the valid ones."""
+    from hydra import compose, initialize_config_module
+
+    import protorl.cli  # noqa: F401  (registers the structured schema)
+
+    methods = {"proto": ProtoAgent, "random": RandomAgent, "icm": ICMAgent, "apt": APTAgent, "drq": DrQAgent}
+    assert AGENTS == methods
+    options = sorted(p.stem for p in (Path(__file__).parents[1] / "protorl" / "conf" / "agent").glob("*.yaml"))
+    with initialize_config_module(config_module="protorl.conf", version_base="1.3"):
+        names = {option: compose(config_name="train", overrides=[f"agent={option}"]).agent.name for option in options}
+    assert set(names.values()) == set(methods), names
+    for name in methods:
+        assert names[name] == name  # `agent=NAME` selects the method called NAME
+    for name, cls in methods.items():
+        assert type(build(name, tiny_cfg, "finetune" if name == "drq" else "pretrain")) is cls, name
+    with pytest.raises(ValueError, match="unknown agent 'bogus'; valid agents: proto, random, icm, apt, drq"):
+        build("bogus", tiny_cfg, "pretrain")
 
 
 # -- end to end through the command line, on a real task --------------------------------------------------
@@ -243,7 +259,7 @@ STATES = ["preset=small", *TINY, "obs=states", "env=point_mass_maze_reach_center
 @pytest.mark.parametrize("name", ["random", "icm", "apt"])
 def test_baseline_pretrain_snapshot_finetune(name, tmp_path: Path):
     run_dir = tmp_path / name
-    assert_ok(protorl("train", *STATES, f"agent={name}", run_dir=run_dir))
+    assert_ok(run("train", *STATES, f"agent={name}", run_dir=run_dir))
     snapshot = run_dir / "pretrain" / "snapshots" / "snapshot_1000.pt"
     payload = load_snapshot(snapshot)
     assert payload["config"]["agent"]["name"] == name
@@ -253,15 +269,15 @@ def test_baseline_pretrain_snapshot_finetune(name, tmp_path: Path):
     assert len(train_rows) == 1  # one 1000-frame episode
     # the same snapshot fine-tunes on another task of the domain through protorl-finetune
     other = tmp_path / f"{name}_other"
-    assert_ok(protorl("finetune", *STATES, f"agent={name}", "env=point_mass_maze_reach_top_right",
-                      f"snapshot={snapshot}", run_dir=other))
+    assert_ok(run("finetune", *STATES, f"agent={name}", "env=point_mass_maze_reach_top_right",
+                  f"snapshot={snapshot}", run_dir=other))
     assert (other / "finetune" / "result.json").exists()
 
 
 @pytest.mark.parametrize(("name", "extra"), [("drq", "pretrain_frames=1000"), ("proto", "pretrain_frames=0")])
 def test_training_without_pretraining(name, extra, tmp_path: Path):
     run_dir = tmp_path / name
-    result = protorl("train", *STATES, f"agent={name}", extra, run_dir=run_dir)
+    result = run("train", *STATES, f"agent={name}", extra, run_dir=run_dir)
     assert_ok(result)
     assert not (run_dir / "pretrain").exists()
     _, rows = read_csv(run_dir / "finetune" / "eval.csv")
@@ -270,9 +286,9 @@ def test_training_without_pretraining(name, extra, tmp_path: Path):
 
 def test_snapshot_of_another_agent_is_refused(tmp_path: Path):
     run_dir = tmp_path / "icm"
-    assert_ok(protorl("pretrain", *STATES, "agent=icm", run_dir=run_dir))
+    assert_ok(run("pretrain", *STATES, "agent=icm", run_dir=run_dir))
     snapshot = run_dir / "pretrain" / "snapshots" / "snapshot_1000.pt"
-    result = protorl("finetune", *STATES, "agent=proto", f"snapshot={snapshot}", run_dir=tmp_path / "proto")
+    result = run("finetune", *STATES, "agent=proto", f"snapshot={snapshot}", run_dir=tmp_path / "proto")
     assert_user_error(result, "agent.name='icm' in the snapshot, 'proto' here")
 
 
@@ -282,7 +298,7 @@ def test_snapshot_of_another_agent_is_refused(tmp_path: Path):
     ("train", ["agent=icm", "pretrain_frames=0"], "learns its representation only in pre-training"),
 ])
 def test_agent_config_errors(command, overrides, fragment, tmp_path: Path):
-    result = protorl(command, *STATES, *overrides, run_dir=tmp_path / "run")
+    result = run(command, *STATES, *overrides, run_dir=tmp_path / "run")
     assert result.returncode != 0 and fragment in result.stderr, result.stderr
     assert not (tmp_path / "run").exists()
 

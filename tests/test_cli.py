@@ -1,16 +1,10 @@
 """End to end through the console entry points (subprocesses, real MuJoCo rendering, tiny sizes).
 
-Every run uses 32x32 frames, action repeat 8 (125 agent steps per 1000-frame point_mass episode), a tiny
-agent and one intra-op thread, so that each subprocess takes seconds.
+Every run uses `tests.runs.TINY`: 32x32 frames, action repeat 8 (125 agent steps per 1000-frame point_mass
+episode), a tiny agent and one intra-op thread, so that each subprocess takes seconds.
 """
 
 from __future__ import annotations
-
-import csv
-import os
-import subprocess
-import sys
-from pathlib import Path
 
 import pytest
 import torch
@@ -18,57 +12,14 @@ from omegaconf import OmegaConf
 
 from protorl.logger import EVAL_COLUMNS, TRAIN_COLUMNS
 from protorl.snapshot import load_snapshot
-
-TINY = [
-    "image_size=32", "action_repeat=8", "seed_transitions=20", "replay_capacity=500",
-    "agent.batch_size=8", "agent.hidden_dim=32", "agent.feature_dim=16", "agent.num_prototypes=16",
-    "agent.candidates_per_prototype=2", "agent.proj_dim=16", "agent.pred_hidden_dim=32",
-    "agent.state_hidden_dim=32", "eval_episodes=1", "eval_every_frames=1000",
-    "tensorboard=false", "progress_bar=false", "threads=1",
-]
-TIMEOUT_S = 150
-
-
-def protorl(command: str, *overrides: str, run_dir: Path) -> subprocess.CompletedProcess:
-    """Run `protorl-<command>` (its console-script function) with Hydra overrides; capture its output."""
-    code = f"from protorl.cli import {command}; {command}()"
-    env = {**os.environ, "MUJOCO_GL": os.environ.get("MUJOCO_GL", "egl"), "OMP_NUM_THREADS": "1",
-           "HYDRA_FULL_ERROR": "0"}
-    return subprocess.run([sys.executable, "-c", code, *overrides, f"hydra.run.dir={run_dir}"],
-                          capture_output=True, text=True, timeout=TIMEOUT_S, env=env, cwd=run_dir.parent)
-
-
-def read_csv(path: Path) -> tuple[list[str], list[dict[str, str]]]:
-    with open(path, newline="") as f:
-        reader = csv.DictReader(f)
-        rows = list(reader)
-        return list(reader.fieldnames or []), rows
-
-
-def assert_ok(result: subprocess.CompletedProcess) -> None:
-    assert result.returncode == 0, f"exit {result.returncode}\nstdout:\n{result.stdout}\nstderr:\n{result.stderr}"
-    assert "Traceback" not in result.stderr, result.stderr
-
-
-def assert_user_error(result: subprocess.CompletedProcess, *fragments: str) -> None:
-    assert result.returncode == 2, f"exit {result.returncode}\nstdout:\n{result.stdout}\nstderr:\n{result.stderr}"
-    assert "Traceback" not in result.stderr and "Traceback" not in result.stdout, result.stderr
-    assert "protorl: error:" in result.stderr, result.stderr
-    for fragment in fragments:
-        assert fragment in result.stderr, (fragment, result.stderr)
-
-
-def assert_finite_floats(row: dict[str, str], keys) -> None:
-    for key in keys:
-        assert row[key] != "", (key, row)
-        float(row[key])
+from tests.runs import TINY, assert_finite_floats, assert_ok, assert_user_error, read_csv, read_rows, run
 
 
 @pytest.fixture(scope="module")
 def pretrain_run(tmp_path_factory):
     run_dir = tmp_path_factory.mktemp("cli") / "pretrain_run"
-    result = protorl("pretrain", *TINY, "env=point_mass_easy", "pretrain_frames=1000", "snapshot_at_frames=[496]",
-                     run_dir=run_dir)
+    result = run("pretrain", *TINY, "env=point_mass_easy", "pretrain_frames=1000", "snapshot_at_frames=[496]",
+                 run_dir=run_dir)
     return run_dir, result
 
 
@@ -78,8 +29,8 @@ def finetune_run(pretrain_run, tmp_path_factory):
     assert_ok(pretrain_result)
     snapshot = pretrain_dir / "pretrain" / "snapshots" / "snapshot_1000.pt"
     run_dir = tmp_path_factory.mktemp("cli") / "finetune_run"
-    result = protorl("finetune", *TINY, "env=point_mass_hard", f"snapshot={snapshot}", "finetune_frames=1000",
-                     run_dir=run_dir)
+    result = run("finetune", *TINY, "env=point_mass_hard", f"snapshot={snapshot}", "finetune_frames=1000",
+                 run_dir=run_dir)
     return run_dir, result, snapshot
 
 
@@ -158,8 +109,8 @@ def test_eval_csv_columns_are_filled(finetune_run):
 
 def test_train_runs_both_phases(tmp_path):
     run_dir = tmp_path / "train_run"
-    result = protorl("train", "preset=small", *TINY, "env=point_mass_easy", "pretrain_frames=1000",
-                     "finetune_frames=1000", "snapshot_at_frames=[496]", "update_every_steps=1", run_dir=run_dir)
+    result = run("train", "preset=small", *TINY, "env=point_mass_easy", "pretrain_frames=1000",
+                 "finetune_frames=1000", "snapshot_at_frames=[496]", "update_every_steps=1", run_dir=run_dir)
     assert_ok(result)
     assert (run_dir / "pretrain" / "snapshots" / "snapshot_1000.pt").is_file()
     for phase in ("pretrain", "finetune"):
@@ -178,33 +129,33 @@ def test_finetune_on_other_domain_is_refused(pretrain_run, tmp_path):
     pretrain_dir, pretrain_result = pretrain_run
     assert_ok(pretrain_result)
     snapshot = pretrain_dir / "pretrain" / "snapshots" / "snapshot_1000.pt"
-    result = protorl("finetune", *TINY, "env=walker_walk", f"snapshot={snapshot}", "finetune_frames=1000",
-                     run_dir=tmp_path / "walker")
+    result = run("finetune", *TINY, "env=walker_walk", f"snapshot={snapshot}", "finetune_frames=1000",
+                 run_dir=tmp_path / "walker")
     assert_user_error(result, str(snapshot), "domain", "point_mass", "walker")
     assert not (tmp_path / "walker").exists()  # refused before Hydra creates the run directory
 
 
 def test_finetune_missing_snapshot(tmp_path):
     missing = tmp_path / "no_such_snapshot.pt"
-    result = protorl("finetune", *TINY, "env=point_mass_hard", f"snapshot={missing}", run_dir=tmp_path / "run")
+    result = run("finetune", *TINY, "env=point_mass_hard", f"snapshot={missing}", run_dir=tmp_path / "run")
     assert_user_error(result, str(missing))
     assert not (tmp_path / "run").exists()
 
 
 def test_unknown_task_exits_2_listing_tasks(tmp_path):
-    result = protorl("pretrain", "env=not_a_task", run_dir=tmp_path / "run")
+    result = run("pretrain", "env=not_a_task", run_dir=tmp_path / "run")
     assert_user_error(result, "not_a_task", "point_mass_easy", "walker_walk", "cheetah_run")
     assert not (tmp_path / "run").exists()  # refused before anything is written
 
 
 def test_invalid_value_exits_2(tmp_path):
-    result = protorl("pretrain", "agent.batch_size=0", run_dir=tmp_path / "run")
+    result = run("pretrain", "agent.batch_size=0", run_dir=tmp_path / "run")
     assert_user_error(result, "agent.batch_size", "positive")
     assert not (tmp_path / "run").exists()
 
 
 def test_finetune_without_snapshot_exits_2(tmp_path):
-    result = protorl("finetune", "env=point_mass_hard", run_dir=tmp_path / "run")
+    result = run("finetune", "env=point_mass_hard", run_dir=tmp_path / "run")
     assert_user_error(result, "snapshot")
     assert not (tmp_path / "run").exists()
 
@@ -214,14 +165,14 @@ def test_finetune_without_snapshot_exits_2(tmp_path):
     ("checkpoint_keep=0", "checkpoint_keep"), ("pretrain_env=nowhere", "nowhere"), ("seed=abc", "seed"),
 ])
 def test_each_invalid_config_class_is_refused_before_any_output(tmp_path, override, fragment):
-    result = protorl("train", override, run_dir=tmp_path / "run")
+    result = run("train", override, run_dir=tmp_path / "run")
     assert result.returncode != 0 and fragment in result.stderr + result.stdout, result.stderr
     assert "Traceback" not in result.stderr
     assert not (tmp_path / "run").exists()
 
 
 def test_unknown_key_is_refused_before_any_output(tmp_path):
-    result = protorl("pretrain", "agent.not_a_key=1", run_dir=tmp_path / "run")
+    result = run("pretrain", "agent.not_a_key=1", run_dir=tmp_path / "run")
     assert result.returncode != 0 and "not_a_key" in result.stderr + result.stdout
     assert not (tmp_path / "run").exists()
 
@@ -230,8 +181,8 @@ def test_diverging_run_stops_with_a_clear_message(tmp_path):
     """A learning rate of 1e30 sends the weights to inf within a few updates: the run must stop, say which
     metric went non-finite, and not write a finished result."""
     run_dir = tmp_path / "nan"
-    result = protorl("pretrain", *TINY, "obs=states", "agent.lr=1e30", "pretrain_frames=3000",
-                     "checkpoint_every_frames=1000", run_dir=run_dir)
+    result = run("pretrain", *TINY, "obs=states", "agent.lr=1e30", "pretrain_frames=3000",
+                 "checkpoint_every_frames=1000", run_dir=run_dir)
     assert result.returncode == 3, result.stderr
     assert "non-finite" in result.stderr and "protorl: error:" in result.stderr and "Traceback" not in result.stderr
     assert not (run_dir / "pretrain" / "result.json").exists()
@@ -241,15 +192,15 @@ def test_finetune_with_other_agent_architecture_is_a_user_error(pretrain_run, tm
     pretrain_dir, pretrain_result = pretrain_run
     assert_ok(pretrain_result)
     snapshot = pretrain_dir / "pretrain" / "snapshots" / "snapshot_1000.pt"
-    result = protorl("finetune", *TINY, "agent.num_prototypes=32", "env=point_mass_hard",
-                     f"snapshot={snapshot}", "finetune_frames=1000", run_dir=tmp_path / "arch")
+    result = run("finetune", *TINY, "agent.num_prototypes=32", "env=point_mass_hard",
+                 f"snapshot={snapshot}", "finetune_frames=1000", run_dir=tmp_path / "arch")
     assert_user_error(result, str(snapshot), "num_prototypes")
 
 
 def test_states_pretrain_end_to_end(tmp_path):
     run_dir = tmp_path / "states_run"
-    result = protorl("pretrain", *TINY, "obs=states", "env=point_mass_easy", "pretrain_frames=1000",
-                     "snapshot_at_frames=[]", run_dir=run_dir)
+    result = run("pretrain", *TINY, "obs=states", "env=point_mass_easy", "pretrain_frames=1000",
+                 "snapshot_at_frames=[]", run_dir=run_dir)
     assert_ok(result)
     payload = load_snapshot(run_dir / "pretrain" / "snapshots" / "snapshot_1000.pt")
     assert payload["env_spec"]["obs_type"] == "states"
@@ -265,12 +216,9 @@ def test_same_seed_reproduces_the_run(pretrain_run, tmp_path):
     first_dir, first = pretrain_run
     assert_ok(first)
     second_dir = tmp_path / "again"
-    assert_ok(protorl("pretrain", *TINY, "env=point_mass_easy", "pretrain_frames=1000", "snapshot_at_frames=[496]",
-                      run_dir=second_dir))
-    timing = {"fps", "total_time_s"}
-    (_, rows_a), (_, rows_b) = (read_csv(d / "pretrain" / "train.csv") for d in (first_dir, second_dir))
-    assert [{k: v for k, v in r.items() if k not in timing} for r in rows_a] == \
-           [{k: v for k, v in r.items() if k not in timing} for r in rows_b]
+    assert_ok(run("pretrain", *TINY, "env=point_mass_easy", "pretrain_frames=1000", "snapshot_at_frames=[496]",
+                  run_dir=second_dir))
+    assert read_rows(first_dir / "pretrain" / "train.csv") == read_rows(second_dir / "pretrain" / "train.csv")
     snapshots = [load_snapshot(d / "pretrain" / "snapshots" / "snapshot_1000.pt")["agent"]
                  for d in (first_dir, second_dir)]
     for part in ("encoder", "head", "actor"):

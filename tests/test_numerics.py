@@ -273,10 +273,10 @@ def black_replay(random_replay) -> ReplayBuffer:
 
 
 @pytest.mark.parametrize("phase", ["pretrain", "finetune"])
-def test_update_on_a_black_screen_is_finite(make_agent, black_replay, phase):
+def test_update_on_a_black_screen_is_finite(build_agent, black_replay, phase):
     """All-zero frames give all-zero conv features (biases start at 0), identical projections and
     a zero-variance LayerNorm input in the SAC trunks: every metric and parameter must stay finite."""
-    agent = make_agent(phase, seed=0)
+    agent = build_agent(phase, seed=0)
     metrics = {}
     for step in range(4):  # steps 0 and 2 also update the actor and temperature
         step_metrics = agent.update(black_replay, step)
@@ -294,9 +294,8 @@ def test_update_on_a_black_screen_is_finite(make_agent, black_replay, phase):
     assert torch.isfinite(agent.queue.filled()).all()
 
 
-@pytest.mark.filterwarnings(r"ignore:std\(\).*degrees of freedom:UserWarning")
-def test_update_metrics_finite_with_batch_size_one(make_agent, make_cfg, random_replay):
-    agent = make_agent("pretrain", cfg=make_cfg(batch_size=1), seed=0)
+def test_update_metrics_finite_with_batch_size_one(build_agent, make_cfg, random_replay):
+    agent = build_agent("pretrain", cfg=make_cfg(batch_size=1), seed=0)
     metrics = agent.update(random_replay, 0)
     bad = {k: v for k, v in metrics.items() if not np.isfinite(v)}
     assert not bad

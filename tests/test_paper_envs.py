@@ -256,14 +256,21 @@ def test_pixels_and_states_through_dmcenv(name):
     assert ts.obs.shape == states.obs_shape and np.all(np.isfinite(ts.obs))
 
 
-@pytest.mark.parametrize("pretrain, downstream", [("point_mass_maze_explore", "point_mass_maze_reach_center"),
-                                                  ("walker_run_backward", "walker_walk"),
-                                                  ("reach_duplo_top_left", "reach_duplo_bottom_right")])
-def test_snapshot_specs_match_within_a_domain(pretrain, downstream):
-    for obs in ("pixels", "states"):
-        spec = DMCEnv(pretrain, obs=obs, seed=0).spec()
+@pytest.mark.parametrize("pretrain, downstream, domain", [
+    ("point_mass_maze_explore", "point_mass_maze_reach_center", "point_mass_maze"),
+    ("walker_run_backward", "walker_walk", "walker"),
+    ("reach_duplo_top_left", "reach_duplo_bottom_right", "reach_duplo"),
+])
+def test_snapshot_specs_match_within_a_domain(pretrain, downstream, domain):
+    """A snapshot of the pre-training task fits its downstream task (same spec), and the spec is not a constant:
+    it names the domain and the observations, so the same domain's snapshot from the other observation type is
+    refused."""
+    specs = {obs: DMCEnv(pretrain, obs=obs, seed=0).spec() for obs in ("pixels", "states")}
+    for obs, spec in specs.items():
+        assert (spec["domain"], spec["obs_type"]) == (domain, obs)
         assert spec == DMCEnv(downstream, obs=obs, seed=1).spec()
-        check_spec("snapshot.pt", spec, DMCEnv(downstream, obs=obs, seed=1).spec())
+    with pytest.raises(SnapshotError, match="obs_type: snapshot has 'pixels', this environment has 'states'"):
+        check_spec("snapshot.pt", specs["pixels"], specs["states"])
 
 
 def test_the_maze_is_not_point_mass_easy():

@@ -4,9 +4,8 @@ uninterrupted run (parameters bitwise, logs row for row)."""
 from __future__ import annotations
 
 import os
+import shlex
 import signal
-import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -15,25 +14,14 @@ import torch
 
 from protorl.checkpoint import CHECKPOINT_VERSION, SnapshotError, list_checkpoints, load_checkpoint
 from protorl.snapshot import load_snapshot
-from tests.test_cli import TINY, assert_ok, protorl, read_csv
+from tests.runs import TINY, assert_ok, read_csv, read_rows, run, start
 
 RUN = [*TINY, "env=point_mass_easy", "pretrain_frames=5000", "snapshot_at_frames=[]",
        "checkpoint_every_frames=2000", "checkpoint_keep=2", "keep_checkpoints=true"]
-TIMING = {"fps", "total_time_s"}
-
-
-def start(run_dir: Path) -> subprocess.Popen:
-    """The same command as `protorl(...)`, started in the background."""
-    code = "from protorl.cli import pretrain; pretrain()"
-    env = {**os.environ, "MUJOCO_GL": os.environ.get("MUJOCO_GL", "egl"), "OMP_NUM_THREADS": "1"}
-    run_dir.parent.mkdir(parents=True, exist_ok=True)
-    return subprocess.Popen([sys.executable, "-c", code, *RUN, f"hydra.run.dir={run_dir}"], env=env,
-                            cwd=run_dir.parent, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 
 
 def rows_without_timing(run_dir: Path) -> list[dict[str, str]]:
-    _, rows = read_csv(run_dir / "pretrain" / "train.csv")
-    return [{k: v for k, v in row.items() if k not in TIMING} for row in rows]
+    return read_rows(run_dir / "pretrain" / "train.csv")
 
 
 def final_agent(run_dir: Path) -> dict:
@@ -43,7 +31,7 @@ def final_agent(run_dir: Path) -> dict:
 @pytest.fixture(scope="module")
 def uninterrupted(tmp_path_factory):
     run_dir = tmp_path_factory.mktemp("resume") / "straight"
-    assert_ok(protorl("pretrain", *RUN, run_dir=run_dir))
+    assert_ok(run("pretrain", *RUN, run_dir=run_dir))
     return run_dir
 
 
@@ -51,7 +39,7 @@ def test_killed_run_resumes_to_the_same_result(uninterrupted, tmp_path):
     """Killed after episode 3 was logged but before the next checkpoint (frame 4000): the rerun resumes from
     frame 2000, drops the row of episode 3 and writes it again, and ends where the straight run ended."""
     run_dir = tmp_path / "killed"
-    process = start(run_dir)
+    process = start("pretrain", *RUN, run_dir=run_dir)  # the command below, in the background
     train_csv = run_dir / "pretrain" / "train.csv"
     deadline = time.time() + 150
     while not (train_csv.exists() and len(read_csv(train_csv)[1]) >= 3):
@@ -64,7 +52,7 @@ def test_killed_run_resumes_to_the_same_result(uninterrupted, tmp_path):
     assert [p.name for p in list_checkpoints(checkpoints)] == ["checkpoint_2000.pt"]
     assert len(read_csv(train_csv)[1]) == 3 and not (run_dir / "pretrain" / "result.json").exists()
 
-    result = protorl("pretrain", *RUN, run_dir=run_dir)  # the same command again
+    result = run("pretrain", *RUN, run_dir=run_dir)  # the same command again
     assert_ok(result)
     assert "resuming pretrain from" in result.stdout + result.stderr
     assert "(frame 2000)" in result.stdout + result.stderr
@@ -81,7 +69,7 @@ def test_killed_run_resumes_to_the_same_result(uninterrupted, tmp_path):
 def test_completed_run_is_not_repeated(uninterrupted):
     before = (uninterrupted / "pretrain" / "train.csv").read_text()
     started = time.time()
-    assert_ok(protorl("pretrain", *RUN, run_dir=uninterrupted))
+    assert_ok(run("pretrain", *RUN, run_dir=uninterrupted))
     assert (uninterrupted / "pretrain" / "train.csv").read_text() == before
     assert time.time() - started < 60
 
@@ -106,20 +94,25 @@ def test_corrupt_checkpoint_is_refused_clearly(uninterrupted, tmp_path):
 
 
 class _RunsCode:
+    """Unpickling this runs a shell command that creates `marker`."""
+
+    def __init__(self, marker: Path):
+        self.marker = marker
+
     def __reduce__(self):
-        return (os.system, (f"touch {MARKER}",))
-
-
-MARKER = Path("/tmp/protorl_checkpoint_pickle_ran")
+        return (os.system, (f"touch {shlex.quote(str(self.marker))}",))
 
 
 def test_malicious_checkpoint_is_refused_not_executed(tmp_path):
-    MARKER.unlink(missing_ok=True)
+    marker = tmp_path / "pickle_ran"
     path = tmp_path / "checkpoint_1.pt"
-    torch.save({"checkpoint_version": CHECKPOINT_VERSION, "agent": _RunsCode()}, path)
+    torch.save({"checkpoint_version": CHECKPOINT_VERSION, "agent": _RunsCode(marker)}, path)
     with pytest.raises(SnapshotError, match=str(path)):
         load_checkpoint(path)
-    assert not MARKER.exists()
+    assert not marker.exists()
+    # the control: an unguarded load of the same file does run its code (so the check above can fail)
+    torch.load(path, weights_only=False)
+    assert marker.exists()
 
 
 def test_checkpoint_of_an_older_format_is_refused_with_a_way_out(tmp_path):
@@ -132,8 +125,8 @@ def test_checkpoint_of_an_older_format_is_refused_with_a_way_out(tmp_path):
 def test_checkpoints_by_wall_time(tmp_path):
     """checkpoint_every_minutes alone (frames off): a tiny interval checkpoints at every episode end."""
     run_dir = tmp_path / "timed"
-    assert_ok(protorl("pretrain", *TINY, "env=point_mass_easy", "pretrain_frames=3000", "snapshot_at_frames=[]",
-                      "checkpoint_every_frames=null", "checkpoint_every_minutes=0.0001", "checkpoint_keep=5", "keep_checkpoints=true",
-                      run_dir=run_dir))
+    assert_ok(run("pretrain", *TINY, "env=point_mass_easy", "pretrain_frames=3000", "snapshot_at_frames=[]",
+                  "checkpoint_every_frames=null", "checkpoint_every_minutes=0.0001", "checkpoint_keep=5",
+                  "keep_checkpoints=true", run_dir=run_dir))
     names = [p.name for p in list_checkpoints(run_dir / "pretrain" / "checkpoints")]
     assert names == ["checkpoint_1000.pt", "checkpoint_2000.pt", "checkpoint_3000.pt"]

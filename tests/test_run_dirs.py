@@ -95,12 +95,16 @@ def test_a_rerun_with_the_same_settings_continues(straight, tmp_path):
 # 2. one run at a time; resume=false over data ----------------------------------------------------------------
 def test_a_second_run_in_a_busy_directory_is_refused(tmp_path):
     run_dir = tmp_path / "busy"
-    first = start("pretrain", *RUN, run_dir=run_dir)
-    wait_for(lambda: csv_rows(run_dir / "pretrain" / "train.csv") >= 1, first)
-    assert_user_error(run("pretrain", *RUN, run_dir=run_dir), "in use by process", str(first.pid))
-    assert first.wait(timeout=120) == 0
+    first = start("pretrain", *STATES, "pretrain_frames=50000", run_dir=run_dir)  # still running when refused
+    try:
+        wait_for(lambda: csv_rows(run_dir / "pretrain" / "train.csv") >= 1, first)
+        assert_user_error(run("pretrain", *STATES, "pretrain_frames=50000", run_dir=run_dir), "in use by process",
+                          str(first.pid))
+        assert first.poll() is None
+    finally:
+        kill(first)
     episodes = [row["episode"] for row in read_rows(run_dir / "pretrain" / "train.csv")]
-    assert episodes == ["1", "2", "3", "4"]
+    assert episodes == [str(n) for n in range(1, len(episodes) + 1)]  # one writer: no row twice
 
 
 def test_resume_false_over_data_is_refused_and_start_over_starts_again(straight, tmp_path):
@@ -127,7 +131,7 @@ def test_bad_input_is_one_line_and_writes_nothing(tmp_path, override, named):
 
 
 # 4, 9, 12 and the fault injection: kills at random points, inside checkpoint writes too -------------------------
-@pytest.mark.parametrize("kill_seed", [0, 1, 2])
+@pytest.mark.parametrize("kill_seed", [0, 1])
 def test_a_run_killed_at_random_points_ends_with_the_same_logs(straight, tmp_path, kill_seed):
     """Two SIGKILLs at random times (after 0-100% of the straight run's episodes), then a run to the end: the
     CSVs and TensorBoard scalars equal the straight run's, no file outside the run directory changed, no
@@ -157,7 +161,7 @@ def test_a_run_killed_inside_a_checkpoint_write_resumes(straight, tmp_path):
     the checkpoint before and ends with the straight run's logs (the point at the checkpoint's frame kept)."""
     run_dir = tmp_path / "in_write"
     checkpoints = run_dir / "pretrain" / "checkpoints"
-    for attempt in range(10):  # a write lasts milliseconds: poll until one is caught mid-way
+    for _ in range(10):  # a write lasts milliseconds: poll until one is caught mid-way
         process = start("pretrain", *RUN, "agent.hidden_dim=512", "start_over=true", run_dir=run_dir)
         try:
             wait_for(lambda: any(checkpoints.glob("checkpoint_2000.pt.tmp")), process, poll_s=0.0005)
@@ -194,7 +198,7 @@ def test_an_unreadable_newest_checkpoint_falls_back_to_the_one_before(straight, 
     result = run("pretrain", *RUN, run_dir=run_dir)
     assert_ok(result)
     output = result.stderr + result.stdout
-    assert f"deleting it and resuming from the checkpoint before it" in output and newest.name in output
+    assert "deleting it and resuming from the checkpoint before it" in output and newest.name in output
     same_logs(run_dir, straight)
 
 

@@ -13,8 +13,8 @@ from protorl.snapshot import FORMAT_VERSION, SnapshotError, load_snapshot, save_
 
 
 @pytest.fixture
-def agent_state(make_agent, replay):
-    agent = make_agent("pretrain", seed=0)
+def agent_state(build_agent, replay):
+    agent = build_agent("pretrain", seed=0)
     agent.update(replay, 0)
     return agent.representation_state()
 
@@ -38,7 +38,7 @@ def _assert_state_equal(a, b, where="state"):
         assert a == b, where
 
 
-def test_round_trip(saved, make_agent):
+def test_round_trip(saved, build_agent):
     path, agent_state, spec, config = saved
     assert path.is_file()
     assert not list(path.parent.glob("*.tmp"))  # the atomic write leaves no temp file
@@ -50,7 +50,7 @@ def test_round_trip(saved, make_agent):
     _assert_state_equal(agent_state, payload["agent"], "agent")
     # loading without a spec check works as well, and the state fits a fresh fine-tune agent
     payload = load_snapshot(str(path))
-    agent = make_agent("finetune", seed=4)
+    agent = build_agent("finetune", seed=4)
     agent.load_pretrained(payload["agent"])
     _assert_state_equal(agent_state["encoder"], agent.encoder.state_dict(), "encoder")
     _assert_state_equal(agent_state["queue"], agent.queue.state_dict(), "queue")

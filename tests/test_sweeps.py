@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import csv
 import json
-import os
 import subprocess
 import sys
 from pathlib import Path
@@ -14,7 +13,7 @@ import pytest
 from omegaconf import OmegaConf
 
 from protorl.config import Config
-from tests.test_cli import TINY, assert_ok, assert_user_error, protorl
+from tests.runs import TINY, assert_ok, assert_user_error, environment, run
 
 EXPERIMENTS = sorted(p.stem for p in (Path(__file__).parents[1] / "protorl" / "conf" / "experiment").glob("*.yaml"))
 SWEEP_TIMEOUT_S = 600
@@ -27,10 +26,9 @@ TINY_TRAIN = ["preset=small", *TINY, "obs=states", "pretrain_frames=1000", "fine
 def sweep(command: str, sweep_dir: Path, *overrides: str) -> subprocess.CompletedProcess:
     """`protorl-<command> -m ...` writing its jobs under `sweep_dir`."""
     code = f"from protorl.cli import {command}; {command}()"
-    env = {**os.environ, "MUJOCO_GL": os.environ.get("MUJOCO_GL", "egl"), "OMP_NUM_THREADS": "1",
-           "HYDRA_FULL_ERROR": "1"}
     return subprocess.run([sys.executable, "-c", code, "-m", *overrides, f"hydra.sweep.dir={sweep_dir}"],
-                          capture_output=True, text=True, timeout=SWEEP_TIMEOUT_S, env=env, cwd=sweep_dir.parent)
+                          capture_output=True, text=True, timeout=SWEEP_TIMEOUT_S, env=environment(),
+                          cwd=sweep_dir.parent)
 
 
 def read_index(sweep_dir: Path) -> list[dict[str, str]]:
@@ -39,16 +37,16 @@ def read_index(sweep_dir: Path) -> list[dict[str, str]]:
 
 
 def assert_one_complete_run_per_job(sweep_dir: Path, expected: set[tuple[str, int]]) -> None:
-    runs = sorted(p for p in sweep_dir.iterdir() if (p / "config.yaml").is_file())
-    assert len(runs) == len(expected), runs
+    run_dirs = sorted(p for p in sweep_dir.iterdir() if (p / "config.yaml").is_file())
+    assert len(run_dirs) == len(expected), run_dirs
     found = set()
-    for run in runs:
-        cfg = OmegaConf.load(run / "config.yaml")
+    for run_dir in run_dirs:
+        cfg = OmegaConf.load(run_dir / "config.yaml")
         found.add((cfg.env, cfg.seed))
         for phase in ("pretrain", "finetune"):
-            result = json.loads((run / phase / "result.json").read_text())
+            result = json.loads((run_dir / phase / "result.json").read_text())
             assert result["task"] == cfg.env and result["frames"] == 1000
-        assert len((run / "finetune" / "eval.csv").read_text().splitlines()) >= 2  # header + evaluations
+        assert len((run_dir / "finetune" / "eval.csv").read_text().splitlines()) >= 2  # header + evaluations
     assert found == expected
     rows = read_index(sweep_dir)
     assert {(r["env"], int(r["seed"])) for r in rows} == expected
@@ -92,8 +90,8 @@ def test_a_failing_job_does_not_stop_the_sweep_and_the_index_names_it(tmp_path):
 def test_one_pretraining_serves_several_downstream_tasks(tmp_path):
     run_dir = tmp_path / "multi"
     tasks = ["point_mass_maze_reach_center", "point_mass_maze_reach_top_left"]
-    assert_ok(protorl("train", *TINY_TRAIN, "pretrain_env=point_mass_maze_explore", f"env={tasks[0]}",
-                      f"finetune_envs=[{','.join(tasks)}]", run_dir=run_dir))
+    assert_ok(run("train", *TINY_TRAIN, "pretrain_env=point_mass_maze_explore", f"env={tasks[0]}",
+                  f"finetune_envs=[{','.join(tasks)}]", run_dir=run_dir))
     assert json.loads((run_dir / "pretrain" / "result.json").read_text())["task"] == "point_mass_maze_explore"
     for task in tasks:
         result = json.loads((run_dir / f"finetune_{task}" / "result.json").read_text())
@@ -103,8 +101,8 @@ def test_one_pretraining_serves_several_downstream_tasks(tmp_path):
 
 def test_downstream_task_of_another_domain_is_refused_before_any_output(tmp_path):
     run_dir = tmp_path / "bad"
-    result = protorl("train", *TINY_TRAIN, "pretrain_env=point_mass_maze_explore", "env=point_mass_maze_reach_center",
-                     "finetune_envs=[point_mass_maze_reach_center,cartpole_balance]", run_dir=run_dir)
+    result = run("train", *TINY_TRAIN, "pretrain_env=point_mass_maze_explore", "env=point_mass_maze_reach_center",
+                 "finetune_envs=[point_mass_maze_reach_center,cartpole_balance]", run_dir=run_dir)
     assert_user_error(result, "cartpole_balance", "point_mass_maze")
     assert not run_dir.exists()
 
@@ -115,7 +113,7 @@ def test_every_experiment_preset_composes_to_a_valid_sweep(name):
     from hydra import compose, initialize_config_module
 
     import protorl.cli  # noqa: F401 - registers the config schema with Hydra
-    from protorl.config import validate
+    from protorl.validate import validate
     from protorl.envs import check_task
 
     command = "pretrain" if name.startswith(("fig9", "fig10", "explore")) else "train"

@@ -1,0 +1,177 @@
+"""Start-up checks of a run's config: each value, and the command x agent x tasks combination, before anything is
+built or written (`protorl.cli` calls `validate` once per run, or once per job of a sweep)."""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+
+import torch
+
+from protorl.agents import AGENTS
+from protorl.config import EVAL_SEED_OFFSET, MAX_SEED, Config, ConfigError, downstream_tasks
+from protorl.envs import check_task, make_env, split_task
+from protorl.proto import ANTI_COLLAPSE, REWARD_SPACES
+from protorl.tracking import wandb_available
+
+_POSITIVE_INTS = {
+    "finetune_frames", "replay_capacity", "update_every_steps",
+    "eval_every_frames", "log_every_episodes", "video_size",
+}
+_POSITIVE_AGENT_INTS = {
+    "batch_size", "feature_dim", "hidden_dim", "hidden_depth", "actor_update_every",
+    "critic_target_update_every", "proj_dim", "pred_hidden_dim", "num_prototypes", "sinkhorn_iters",
+    "encoder_target_update_every", "ssl_update_every", "candidates_per_prototype", "knn_k", "state_hidden_dim",
+    "icm_proj_dim", "icm_hidden_dim", "apt_proj_dim", "apt_knn_k",
+}
+_UNIT_INTERVAL_AGENT = {"discount", "critic_target_tau", "encoder_target_tau", "anti_collapse_momentum"}
+
+
+def validate(cfg: Config, command: str) -> None:
+    """Raise `ConfigError` naming the first invalid value; called before anything is built or written.
+
+    `command`: "pretrain", "finetune" or "train" (both phases).
+    """
+    def fail(key: str, value, expected: str) -> None:
+        raise ConfigError(f"invalid config value {key}={value!r}: expected {expected}")
+
+    for key, value in _float_values(cfg):
+        if not math.isfinite(value):
+            fail(key, value, "a finite number")
+    if not 0 <= cfg.seed <= MAX_SEED:
+        fail("seed", cfg.seed, f"an integer in [0, {MAX_SEED}] (seeds are 32-bit; evaluation uses seed + "
+             f"{EVAL_SEED_OFFSET})")
+    for key in sorted(_POSITIVE_INTS):
+        if getattr(cfg, key) <= 0:
+            fail(key, getattr(cfg, key), "a positive integer")
+    for key in sorted(_POSITIVE_AGENT_INTS):
+        if getattr(cfg.agent, key) <= 0:
+            fail(f"agent.{key}", getattr(cfg.agent, key), "a positive integer")
+    for key in sorted(_UNIT_INTERVAL_AGENT):
+        value = getattr(cfg.agent, key)
+        if not 0.0 < value <= 1.0:
+            fail(f"agent.{key}", value, "a number in (0, 1]")
+    if cfg.agent.name not in AGENTS:
+        fail("agent", cfg.agent.name, f"one of {', '.join(AGENTS)} (set with agent=NAME)")
+    agent = AGENTS[cfg.agent.name]
+    if cfg.pretrain_frames < 0 or (command == "pretrain" and cfg.pretrain_frames == 0):
+        fail("pretrain_frames", cfg.pretrain_frames, "a positive integer (0 only with protorl-train: no pre-training)")
+    if command == "pretrain" and not agent.pretrains:
+        fail("agent", agent.name, "an agent with a task-agnostic phase: DrQ learns from the task reward only "
+             "(run it with protorl-train or protorl-finetune)")
+    if command == "train" and agent.pretrains and cfg.pretrain_frames == 0 and not agent.learns_online:
+        fail("pretrain_frames", 0, f"a positive integer: agent={agent.name} learns its representation only "
+             "in pre-training (agents without pre-training: "
+             f"{', '.join(name for name, a in AGENTS.items() if a.learns_online)})")
+    if agent.name == "apt" and cfg.agent.apt_knn_k >= cfg.agent.batch_size:
+        fail("agent.apt_knn_k", cfg.agent.apt_knn_k, f"less than agent.batch_size={cfg.agent.batch_size} "
+             "(the neighbours come from the same batch)")
+    if not cfg.agent.apt_temperature > 0:
+        fail("agent.apt_temperature", cfg.agent.apt_temperature, "a positive number")
+    if cfg.agent.anti_collapse not in ANTI_COLLAPSE:
+        fail("agent.anti_collapse", cfg.agent.anti_collapse, f"one of {', '.join(ANTI_COLLAPSE)}")
+    if cfg.agent.reward_space not in REWARD_SPACES:
+        fail("agent.reward_space", cfg.agent.reward_space, f"one of {', '.join(REWARD_SPACES)}")
+    if cfg.agent.anti_collapse == "batchnorm" and cfg.agent.batch_size < 2:
+        fail("agent.batch_size", cfg.agent.batch_size, "at least 2 with agent.anti_collapse=batchnorm")
+    if cfg.agent.lr <= 0:
+        fail("agent.lr", cfg.agent.lr, "a positive number")
+    if cfg.agent.temperature <= 0 or cfg.agent.init_temperature <= 0:
+        fail("agent.temperature/init_temperature", (cfg.agent.temperature, cfg.agent.init_temperature),
+             "positive numbers")
+    if cfg.agent.intr_coef < 0:
+        fail("agent.intr_coef", cfg.agent.intr_coef, "a number >= 0")
+    if cfg.agent.augment_pad < 0:
+        fail("agent.augment_pad", cfg.agent.augment_pad, "an integer >= 0")
+    if cfg.agent.log_std_min >= cfg.agent.log_std_max:
+        fail("agent.log_std_min", cfg.agent.log_std_min, f"less than agent.log_std_max={cfg.agent.log_std_max}")
+    if cfg.agent.knn_k > cfg.agent.num_prototypes:
+        fail("agent.knn_k", cfg.agent.knn_k, f"at most agent.num_prototypes={cfg.agent.num_prototypes} "
+             "(the candidates in the queue after the first update)")
+    if cfg.seed_transitions < 0:
+        fail("seed_transitions", cfg.seed_transitions, "an integer >= 0")
+    if cfg.eval_episodes < 0:
+        fail("eval_episodes", cfg.eval_episodes, "an integer >= 0")
+    if cfg.checkpoint_every_frames is not None and cfg.checkpoint_every_frames <= 0:
+        fail("checkpoint_every_frames", cfg.checkpoint_every_frames, "a positive frame count or null")
+    if cfg.checkpoint_every_minutes is not None and cfg.checkpoint_every_minutes <= 0:
+        fail("checkpoint_every_minutes", cfg.checkpoint_every_minutes, "a positive number of minutes or null")
+    if cfg.checkpoint_keep <= 0:
+        fail("checkpoint_keep", cfg.checkpoint_keep, "a positive integer")
+    if cfg.analysis_every_frames is not None and cfg.analysis_every_frames <= 0:
+        fail("analysis_every_frames", cfg.analysis_every_frames, "a positive frame count or null")
+    if cfg.coverage_bins < 2:
+        fail("coverage_bins", cfg.coverage_bins, "an integer >= 2")
+    if cfg.variance_repeats < 2:
+        fail("variance_repeats", cfg.variance_repeats, "an integer >= 2 (a spread needs two draws)")
+    for key in ("variance_probes", "map_samples"):
+        if getattr(cfg, key) <= 0:
+            fail(key, getattr(cfg, key), "a positive integer")
+    if cfg.wandb:
+        if not wandb_available():
+            fail("wandb", True, "false, or install the wandb package first: pip install -e \".[wandb]\"")
+    if cfg.threads is not None and cfg.threads <= 0:
+        fail("threads", cfg.threads, "a positive integer or null")
+    if any(f <= 0 for f in cfg.snapshot_at_frames):
+        fail("snapshot_at_frames", list(cfg.snapshot_at_frames), "a list of positive frame counts")
+    if cfg.device != "auto" and not (cfg.device == "cpu" or cfg.device.startswith("cuda")):
+        fail("device", cfg.device, "'auto', 'cpu' or 'cuda[:N]'")
+    if cfg.device.startswith("cuda"):
+        if not torch.cuda.is_available():
+            fail("device", cfg.device, "'auto' or 'cpu': CUDA is not available on this machine")
+
+    if cfg.obs not in ("pixels", "states"):
+        fail("obs", cfg.obs, "'pixels' or 'states'")
+    for key in ("image_size", "frame_stack", "action_repeat"):
+        if getattr(cfg, key) <= 0:
+            fail(key, getattr(cfg, key), "a positive integer")
+    if cfg.obs == "pixels" and cfg.image_size < 15:
+        fail("image_size", cfg.image_size, "at least 15 pixels (the 4-layer conv encoder needs a 1x1 output)")
+
+    check_task(cfg.env)
+    if cfg.pretrain_env is not None:
+        check_task(cfg.pretrain_env)
+    for task in cfg.finetune_envs:
+        check_task(task)
+    frame_stack = cfg.frame_stack if cfg.obs == "pixels" else 1
+    if cfg.replay_capacity <= frame_stack:
+        fail("replay_capacity", cfg.replay_capacity, f"more than the frame stack ({frame_stack}): a transition "
+             "needs its stacks in the buffer")
+    phases = {"pretrain_frames": command != "finetune" and agent.pretrains and cfg.pretrain_frames > 0,
+              "finetune_frames": command != "pretrain"}
+    for key in (key for key, runs in phases.items() if runs):
+        if getattr(cfg, key) // cfg.action_repeat <= cfg.seed_transitions:
+            fail(key, getattr(cfg, key), f"more than seed_transitions={cfg.seed_transitions} agent steps of "
+                 f"action_repeat={cfg.action_repeat} frames each: no agent update would run")
+    if cfg.camera_id is not None:
+        _check_camera(cfg, [cfg.env, *([cfg.pretrain_env] if cfg.pretrain_env else []), *cfg.finetune_envs])
+    if len(set(cfg.finetune_envs)) != len(cfg.finetune_envs):
+        fail("finetune_envs", list(cfg.finetune_envs), "a list of distinct task names")
+    if command == "train" and agent.pretrains and cfg.pretrain_frames > 0:
+        pretrain_domain = split_task(cfg.pretrain_env or cfg.env)[0]
+        other = [task for task in downstream_tasks(cfg) if split_task(task)[0] != pretrain_domain]
+        if other:
+            raise ConfigError(f"downstream task(s) {', '.join(other)} are not of the pre-training task's domain "
+                              f"{pretrain_domain!r}: a snapshot serves the tasks of its own domain only")
+    if command == "finetune" and not cfg.snapshot and agent.pretrains:
+        raise ConfigError("finetune needs a pre-training snapshot: add snapshot=/path/to/snapshot.pt "
+                          "(or run protorl-train pretrain_frames=0 to learn without pre-training)")
+
+
+def _float_values(cfg: Config) -> list[tuple[str, float]]:
+    """(dotted key, value) of every float setting, the agent's included."""
+    values = []
+    for prefix, node in (("", cfg), ("agent.", cfg.agent)):
+        for item in dataclasses.fields(node):
+            value = getattr(node, item.name)
+            if isinstance(value, float):
+                values.append((prefix + item.name, value))
+    return values
+
+
+def _check_camera(cfg: Config, tasks: list[str]) -> None:
+    for task in tasks:
+        cameras = make_env(task, cfg, seed=0).num_cameras
+        if not 0 <= cfg.camera_id < cameras:
+            raise ConfigError(f"invalid config value camera_id={cfg.camera_id!r}: task {task} has cameras 0 to "
+                              f"{cameras - 1}")
