@@ -82,6 +82,8 @@ def safe_load(path: str | Path, what: str) -> dict:
         raise SnapshotError(f"{what} {path}: no such file")
     try:
         payload = torch.load(path, map_location="cpu", weights_only=True)
+    except (MemoryError, InterruptedError):  # the machine's trouble, not the file's
+        raise
     except Exception as error:  # torch raises many types for corrupt, truncated or unsafe files
         raise UnreadableFileError(f"{what} {path}: cannot be read as a protorl {what} ({error})") from None
     if not isinstance(payload, dict):

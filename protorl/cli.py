@@ -82,6 +82,8 @@ class ValidateBeforeRun(Callback):
             run_dir = claim_run_dir(checked)
         except ConfigError as error:
             _exit_with(error)
+        except Exception as error:  # Hydra would turn it into a warning and run unchecked
+            _exit_with(f"checking the run directory failed: {_one_line(error)}", status=1)
         _checked[run_dir] = checked, pretrained
 
 
@@ -120,7 +122,9 @@ def _run_phases(config: Config, command: str, run_dir: Path, pretrained: dict | 
     from protorl.training import TrainingDiverged, prepare_process
 
     if not (run_dir / "config.yaml").exists():  # a continued run keeps the record it was made with
-        OmegaConf.save(OmegaConf.structured(config), run_dir / "config.yaml")
+        tmp = run_dir / "config.yaml.tmp"
+        OmegaConf.save(OmegaConf.structured(config), tmp)
+        os.replace(tmp, run_dir / "config.yaml")  # whole or absent, never cut short
     device = prepare_process(config)
     log.info("run directory %s, device %s", run_dir, device)
     wandb_run = start_run(config, run_dir)
@@ -278,8 +282,8 @@ def analyze(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     try:
         print(analyze_run(args.run_dir), flush=True)
-    except (NotARunError, OutsideRunError) as error:
-        _exit_with(error)
+    except (NotARunError, OutsideRunError, OSError, OmegaConfBaseException) as error:  # bad files: one line
+        _exit_with(_one_line(error))
 
 
 def aggregate(argv: list[str] | None = None) -> None:
@@ -306,5 +310,5 @@ def aggregate(argv: list[str] | None = None) -> None:
     metric = RETURN if args.metric is None else pretraining_metric(args.metric)
     try:
         print(aggregate_runs(args.paths, args.out, args.group_by, args.reps, args.seed, metric), flush=True)
-    except (AggregateError, OutsideRunError) as error:
-        _exit_with(error)
+    except (AggregateError, OutsideRunError, OSError, OmegaConfBaseException) as error:  # bad files: one line
+        _exit_with(_one_line(error))

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import csv
 import math
+import os
 from collections import defaultdict
 from pathlib import Path
 
@@ -34,8 +35,15 @@ class CSVFile:
         return self._file.tell()
 
     def truncate(self, size: int) -> None:
+        """Cut the file back to `size` bytes; a file already shorter (its tail lost in a crash) is kept as is."""
+        size = min(size, os.fstat(self._file.fileno()).st_size)
         self._file.truncate(size)
         self._file.seek(size)
+
+    def sync(self) -> None:
+        """Flush to the disk: what a checkpoint records as written is on the disk before the checkpoint."""
+        self._file.flush()
+        os.fsync(self._file.fileno())
 
     def reset(self) -> None:
         """Drop every row: the header alone remains."""
@@ -81,6 +89,11 @@ class Logger:
         """Where the files stand and the metrics not yet written, at `frames`."""
         if self._tb is not None:
             self._tb.flush()
+        for path in self._events_files():
+            with open(path, "rb") as f:
+                os.fsync(f.fileno())
+        self.train_csv.sync()
+        self.eval_csv.sync()
         return {"train_csv": self.train_csv.tell(), "eval_csv": self.eval_csv.tell(), "frames": frames,
                 "tensorboard": {path.name: path.stat().st_size for path in self._events_files()},
                 "sums": dict(self._sums), "counts": dict(self._counts)}
@@ -110,7 +123,7 @@ class Logger:
         for path in self._events_files():
             if path.name in sizes:
                 with open(path, "r+b") as f:
-                    f.truncate(sizes[path.name])
+                    f.truncate(min(sizes[path.name], os.fstat(f.fileno()).st_size))
             else:
                 path.unlink()
 

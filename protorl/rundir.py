@@ -5,11 +5,13 @@
   operating system releases when the process ends, so a killed run's lock is stale and taken over;
 - a directory that holds data is continued only with the settings it was made with (`RERUN_FREE_KEYS` may
   differ: they change how a run is watched or where it runs, not what it computes);
-- `resume=false` over existing data is refused unless `start_over=true`, which deletes the data first.
+- `resume=false` over existing data is refused unless `start_over=true`, which deletes the data that the run
+  recorded in `config.yaml` wrote (nothing else) first.
 """
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import fcntl
 import logging
@@ -18,15 +20,14 @@ import shutil
 from pathlib import Path
 
 from omegaconf import OmegaConf
-from omegaconf.errors import OmegaConfBaseException
 
-from protorl.config import Config, ConfigError
+from protorl.config import Config, ConfigError, downstream_dir_name, downstream_tasks
 
 log = logging.getLogger("protorl")
 
 CONFIG_FILE = "config.yaml"
 LOCK_FILE = ".lock"
-# what protorl writes into a run directory; `start_over` deletes these (Hydra's .hydra/ and log stay)
+# names of run data: a directory holding one of these is not taken for a new run (Hydra's .hydra/ and log are not)
 RUN_DATA = ("config.yaml", "curves.png", "analysis", "pretrain", "wandb_id.txt", "wandb")
 RUN_DATA_PREFIXES = ("finetune",)  # finetune/ and finetune_<task>/
 # keys that may differ between the commands that write one directory
@@ -46,27 +47,35 @@ class RunDirError(ConfigError):
 def claim_run_dir(cfg: Config) -> Path:
     """Lock `cfg.run_dir` for this process and check the contract; returns the directory.
 
-    Idempotent within a process (Hydra's callback claims a single run's directory before Hydra writes into
-    it; `run` claims it again). On refusal nothing of this run is left behind.
+    Idempotent within a process once a claim succeeded (Hydra's callback claims a single run's directory before
+    Hydra writes into it; `run` claims it again). A refused claim holds nothing and leaves nothing of its own:
+    a directory it created is removed if still empty, and a busy directory is never touched.
     """
     run_dir = Path(cfg.run_dir).resolve()
     if run_dir in _held:
         return run_dir
-    created = not run_dir.exists()
     try:
-        run_dir.mkdir(parents=True, exist_ok=True)
-        _lock(run_dir)
+        run_dir.parent.mkdir(parents=True, exist_ok=True)
         try:
-            _check_contract(run_dir, cfg)
-        except (RunDirError, OSError):
-            release_run_dir(run_dir)
-            raise
-    except (RunDirError, OSError) as error:
-        if created:
-            shutil.rmtree(run_dir, ignore_errors=True)
+            run_dir.mkdir()
+            created = True
+        except FileExistsError:
+            created = False
+        fd = _lock(run_dir)
+    except OSError as error:
+        raise RunDirError(f"cannot write to run directory {run_dir}: {error.strerror or error}") from None
+    try:
+        _check_contract(run_dir, cfg)
+    except BaseException as error:
+        _unlock(fd)
+        if created:  # only our lock file is in it
+            with contextlib.suppress(OSError):
+                (run_dir / LOCK_FILE).unlink()
+                run_dir.rmdir()
         if isinstance(error, OSError):
             raise RunDirError(f"cannot write to run directory {run_dir}: {error.strerror or error}") from None
         raise
+    _held[run_dir] = fd
     return run_dir
 
 
@@ -74,8 +83,7 @@ def release_run_dir(run_dir: Path) -> None:
     """Release this process's lock on `run_dir` (the end of a sweep job; a process's exit also releases it)."""
     fd = _held.pop(Path(run_dir).resolve(), None)
     if fd is not None:
-        os.ftruncate(fd, 0)  # an empty lock file: nobody holds it
-        os.close(fd)
+        _unlock(fd)
 
 
 def holds_data(run_dir: Path) -> bool:
@@ -88,7 +96,7 @@ def saved_config(run_dir: Path) -> Config:
     path = run_dir / CONFIG_FILE
     try:
         return OmegaConf.to_object(OmegaConf.merge(OmegaConf.structured(Config), OmegaConf.load(path)))
-    except (OSError, OmegaConfBaseException, ValueError) as error:
+    except Exception as error:  # unreadable, not YAML (e.g. cut short), or not this schema
         raise RunDirError(f"{path}: cannot be read as a protorl config ({_first_line(error)})") from None
 
 
@@ -103,17 +111,24 @@ def config_differences(saved: Config, wanted: Config) -> list[str]:
 def _check_contract(run_dir: Path, cfg: Config) -> None:
     if not holds_data(run_dir):
         return
+    has_config = (run_dir / CONFIG_FILE).is_file()
     if cfg.start_over:
-        for path in _data_paths(run_dir):
-            shutil.rmtree(path) if path.is_dir() and not path.is_symlink() else path.unlink()
+        if not has_config:
+            raise RunDirError(f"run directory {run_dir} holds run data but no {CONFIG_FILE}: start_over deletes only "
+                              "a run it can identify; remove the files yourself or choose another hydra.run.dir")
+        for path in _run_paths(run_dir, saved_config(run_dir)):
+            if path.is_symlink() or not path.is_dir():
+                path.unlink()
+            else:
+                shutil.rmtree(path)
         log.info("start_over=true: deleted the earlier run's data in %s", run_dir)
         return
     if not cfg.resume:
         raise RunDirError(f"run directory {run_dir} already holds a run and resume=false: add start_over=true to "
                           "delete its data and start again, or choose another hydra.run.dir")
-    if not (run_dir / CONFIG_FILE).is_file():
+    if not has_config:
         raise RunDirError(f"run directory {run_dir} holds run data but no {CONFIG_FILE} to check it against: "
-                          "choose another hydra.run.dir, or add start_over=true to delete the data")
+                          "choose another hydra.run.dir")
     differences = config_differences(saved_config(run_dir), cfg)
     if differences:
         shown = "; ".join(differences[:6]) + (f"; and {len(differences) - 6} more" if len(differences) > 6 else "")
@@ -122,7 +137,17 @@ def _check_contract(run_dir: Path, cfg: Config) -> None:
                           "start_over=true to delete its data")
 
 
-def _lock(run_dir: Path) -> None:
+def _run_paths(run_dir: Path, saved: Config) -> list[Path]:
+    """What the run recorded in `saved` wrote into `run_dir`: what `start_over` deletes."""
+    names = ["pretrain", "analysis", "curves.png", "wandb_id.txt", CONFIG_FILE]
+    names += [downstream_dir_name(saved, task) for task in downstream_tasks(saved)]
+    if saved.wandb:
+        names.append("wandb")
+    return [run_dir / name for name in names if (run_dir / name).exists() or (run_dir / name).is_symlink()]
+
+
+def _lock(run_dir: Path) -> int:
+    """An exclusive lock on `run_dir`'s lock file, holding this process's pid; returns its file descriptor."""
     path = run_dir / LOCK_FILE
     fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
     try:
@@ -138,12 +163,22 @@ def _lock(run_dir: Path) -> None:
             raise
         log.warning("cannot lock %s (%s): this file system has no locks, so a second run in the same "
                     "directory would not be detected", path, error.strerror)
-    previous = os.pread(fd, 64, 0).decode(errors="replace").strip()
-    if previous and previous != str(os.getpid()):
-        log.info("run directory %s: taking over the stale lock of process %s, which has ended", run_dir, previous)
-    os.ftruncate(fd, 0)
-    os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
-    _held[run_dir] = fd
+    try:
+        previous = os.pread(fd, 64, 0).decode(errors="replace").strip()
+        if previous and previous != str(os.getpid()):
+            log.info("run directory %s: taking over the stale lock of process %s, which has ended", run_dir, previous)
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+    except OSError:
+        os.close(fd)
+        raise
+    return fd
+
+
+def _unlock(fd: int) -> None:
+    with contextlib.suppress(OSError):
+        os.ftruncate(fd, 0)  # an empty lock file: nobody holds it
+    os.close(fd)
 
 
 def _data_paths(run_dir: Path) -> list[Path]:

@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import logging
 import math
+import os
 import random
 import sys
 import time
@@ -62,7 +63,9 @@ class PhaseResult:
         are relative to the phase directory, so a copied or moved run directory stays whole."""
         path = self.out_dir / "result.json"
         data = {**asdict(self), "out_dir": ".", "snapshots": [_relative(p, self.out_dir) for p in self.snapshots]}
-        path.write_text(json.dumps(data, indent=1))
+        tmp = path.with_suffix(".json.tmp")
+        tmp.write_text(json.dumps(data, indent=1))
+        os.replace(tmp, path)  # whole or absent
         return path
 
     @classmethod
@@ -71,7 +74,11 @@ class PhaseResult:
         path = out_dir / "result.json"
         if not path.exists():
             return None
-        data = json.loads(path.read_text())
+        try:
+            data = json.loads(path.read_text())
+        except ValueError:  # not written whole (by an older protorl): the phase is not known to be complete
+            log.warning("%s cannot be read: taking the phase as not complete", path)
+            return None
         data.update(out_dir=out_dir, snapshots=[_inside(p, out_dir) for p in data["snapshots"]],
                     eval_rewards=[tuple(pair) for pair in data["eval_rewards"]])
         return cls(**data)
@@ -360,8 +367,8 @@ class Trainer:
             except UnreadableFileError as error:
                 if not list_checkpoints(self.checkpoint_dir)[:-1]:
                     raise
-                log.warning("%s; deleting it and resuming from the checkpoint before it", error)
-                path.unlink()
+                log.warning("%s; moving it aside (.unreadable) and resuming from the checkpoint before it", error)
+                path.rename(path.with_suffix(".pt.unreadable"))
                 continue
             self.load_state_dict(state)
             return path

@@ -92,6 +92,56 @@ def test_a_rerun_with_the_same_settings_continues(straight, tmp_path):
     assert OmegaConf.load(run_dir / "config.yaml").threads == 1  # the data's own settings stay
 
 
+def test_a_config_yaml_cut_short_is_refused_not_ignored(straight, tmp_path):
+    run_dir = copy_of(straight, tmp_path)
+    config = run_dir / "config.yaml"
+    config.write_text(config.read_text()[:40])  # e.g. a disk that filled while an older protorl wrote it
+    before = tree(run_dir)
+    assert_user_error(run("pretrain", *RUN, "seed=7", run_dir=run_dir), "config.yaml", "cannot be read")
+    assert tree(run_dir) == before
+
+
+def test_an_unreadable_result_json_reruns_the_phase(straight, tmp_path):
+    """A result.json that is not whole does not mark the phase complete: the rerun trains it again, with fresh
+    logs, to the straight run's rows."""
+    run_dir = copy_of(straight, tmp_path)
+    (run_dir / "pretrain" / "result.json").write_text("")
+    result = run("pretrain", *RUN, run_dir=run_dir)
+    assert_ok(result)
+    assert "cannot be read: taking the phase as not complete" in result.stderr + result.stdout
+    same_logs(run_dir, straight)
+    assert json.loads((run_dir / "pretrain" / "result.json").read_text())["frames"] == 4000
+
+
+def test_start_over_deletes_only_what_the_run_wrote(straight, tmp_path):
+    run_dir = copy_of(straight, tmp_path)
+    (run_dir / "finetune_old").mkdir()
+    (run_dir / "finetune_old" / "mine.txt").write_text("a user's backup")
+    (run_dir / "notes.txt").write_text("a user's notes")
+    assert_ok(run("pretrain", *RUN, "pretrain_frames=2000", "start_over=true", run_dir=run_dir))
+    assert (run_dir / "finetune_old" / "mine.txt").is_file() and (run_dir / "notes.txt").is_file()
+    assert len(read_rows(run_dir / "pretrain" / "train.csv")) == 2
+
+
+def test_logs_shorter_than_the_checkpoint_says_are_not_padded(tmp_path):
+    """After an OS crash a checkpoint (fsync'ed) can outlive the tail of a log: resuming keeps the log as it is
+    instead of extending it with zero bytes."""
+    from protorl.logger import Logger
+
+    logger = Logger(tmp_path, tensorboard=True)
+    for frames in (1000, 2000):
+        logger.log_train({"frames": frames, "episode": frames // 1000})
+    state = logger.state_dict(2000)
+    logger.close()
+    train_csv = tmp_path / "train.csv"
+    kept = train_csv.read_bytes()[: state["train_csv"] - 10]
+    train_csv.write_bytes(kept)
+    resumed = Logger(tmp_path, tensorboard=True)
+    resumed.load_state_dict(state)
+    resumed.close()
+    assert train_csv.read_bytes() == kept and b"\x00" not in train_csv.read_bytes()
+
+
 # 2. one run at a time; resume=false over data ----------------------------------------------------------------
 def test_a_second_run_in_a_busy_directory_is_refused(tmp_path):
     run_dir = tmp_path / "busy"
@@ -198,7 +248,8 @@ def test_an_unreadable_newest_checkpoint_falls_back_to_the_one_before(straight, 
     result = run("pretrain", *RUN, run_dir=run_dir)
     assert_ok(result)
     output = result.stderr + result.stdout
-    assert "deleting it and resuming from the checkpoint before it" in output and newest.name in output
+    assert "moving it aside (.unreadable) and resuming from the checkpoint before it" in output
+    assert newest.name in output and newest.with_suffix(".pt.unreadable").is_file()
     same_logs(run_dir, straight)
 
 

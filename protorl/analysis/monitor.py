@@ -160,6 +160,7 @@ class AnalysisMonitor:
 
     def state_dict(self) -> dict:
         pending = np.stack(self._pending) if self._pending else np.zeros((0, 0))
+        self.csv.sync()
         return {"next_frames": self.next_frames, "last_frames": self.last_frames, "csv": self.csv.tell(),
                 "counts": None if self.counts is None else torch.from_numpy(self.counts.copy()),
                 "pending": torch.from_numpy(pending),
