@@ -75,6 +75,17 @@ def atomic_save(payload: dict, path: Path) -> Path:
     return path
 
 
+def write_text_atomic(path: Path, text: str) -> Path:
+    """Write `text` to `path` whole or not at all: a temporary file, fsync'ed, then renamed over `path`."""
+    tmp = path.with_suffix(path.suffix + ".tmp")
+    with open(tmp, "w") as f:
+        f.write(text)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+    return path
+
+
 def safe_load(path: str | Path, what: str) -> dict:
     """Read a file written by `atomic_save` without executing pickled code; `what` names it in errors."""
     path = Path(path)

@@ -115,16 +115,14 @@ def run(cfg: DictConfig, command: str) -> None:
 
 def _run_phases(config: Config, command: str, run_dir: Path, pretrained: dict | None) -> None:
     from protorl.agents import AGENTS
-    from protorl.checkpoint import CheckpointError
+    from protorl.checkpoint import CheckpointError, write_text_atomic
     from protorl.report import plot_curves, summary
     from protorl.snapshot import SnapshotError, load_snapshot
     from protorl.tracking import finish_run, start_run
     from protorl.training import TrainingDiverged, prepare_process
 
     if not (run_dir / "config.yaml").exists():  # a continued run keeps the record it was made with
-        tmp = run_dir / "config.yaml.tmp"
-        OmegaConf.save(OmegaConf.structured(config), tmp)
-        os.replace(tmp, run_dir / "config.yaml")  # whole or absent, never cut short
+        write_text_atomic(run_dir / "config.yaml", OmegaConf.to_yaml(OmegaConf.structured(config)))
     device = prepare_process(config)
     log.info("run directory %s, device %s", run_dir, device)
     wandb_run = start_run(config, run_dir)

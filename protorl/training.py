@@ -8,7 +8,6 @@ from __future__ import annotations
 import json
 import logging
 import math
-import os
 import random
 import sys
 import time
@@ -30,6 +29,7 @@ from protorl.checkpoint import (
     load_checkpoint,
     remove_partial_writes,
     save_checkpoint,
+    write_text_atomic,
 )
 from protorl.config import EVAL_SEED_OFFSET, Config
 from protorl.diagnostics import collapse_message
@@ -63,10 +63,7 @@ class PhaseResult:
         are relative to the phase directory, so a copied or moved run directory stays whole."""
         path = self.out_dir / "result.json"
         data = {**asdict(self), "out_dir": ".", "snapshots": [_relative(p, self.out_dir) for p in self.snapshots]}
-        tmp = path.with_suffix(".json.tmp")
-        tmp.write_text(json.dumps(data, indent=1))
-        os.replace(tmp, path)  # whole or absent
-        return path
+        return write_text_atomic(path, json.dumps(data, indent=1))
 
     @classmethod
     def load(cls, out_dir: Path) -> PhaseResult | None:
