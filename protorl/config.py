@@ -10,9 +10,10 @@ from dataclasses import dataclass, field
 
 from omegaconf import MISSING
 
+from protorl.errors import ConfigError
 
-class ConfigError(ValueError):
-    """A configuration value is invalid; the message names the key and the accepted values."""
+__all__ = ["EVAL_SEED_OFFSET", "MAX_SEED", "AgentConfig", "Config", "ConfigError", "downstream_dir_name",
+           "downstream_tasks"]
 
 
 @dataclass

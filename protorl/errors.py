@@ -1,0 +1,40 @@
+"""protorl's errors: one hierarchy, so the command line turns every one of them into one line for the user.
+
+    ProtorlError                  what the user can fix; its message says what to change
+    ├── ConfigError               an invalid configuration value, or a run directory that refuses the config
+    ├── SnapshotError             a snapshot that cannot be read, or was made for another env or agent
+    ├── CheckpointError           a checkpoint that cannot be written, read, or resumed by this run
+    │   └── UnreadableFileError   a checkpoint or snapshot file that is not whole
+    ├── ResultsError              run or sweep directories that cannot be reported, analysed or aggregated
+    └── TrainingDiverged          a loss or metric became NaN or infinite
+"""
+
+from __future__ import annotations
+
+
+class ProtorlError(Exception):
+    """An error the user can fix; the message names what is wrong and what to change."""
+
+
+class ConfigError(ProtorlError, ValueError):
+    """A configuration value is invalid; the message names the key and the accepted values."""
+
+
+class SnapshotError(ProtorlError):
+    """A snapshot cannot be read, or was pre-trained for another environment or agent architecture."""
+
+
+class CheckpointError(ProtorlError):
+    """A checkpoint cannot be written, read, or resumed by this run."""
+
+
+class UnreadableFileError(CheckpointError, SnapshotError):
+    """A checkpoint or snapshot file is not whole (cut short, corrupted, or not a protorl file)."""
+
+
+class ResultsError(ProtorlError, ValueError):
+    """Run or sweep directories cannot be reported, analysed or aggregated as asked."""
+
+
+class TrainingDiverged(ProtorlError, RuntimeError):
+    """A loss or metric became NaN or infinite; the message names it and the last good checkpoint."""
