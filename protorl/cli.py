@@ -23,10 +23,13 @@ from hydra.experimental.callback import Callback
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
+from protorl.agents import AGENTS
 from protorl.config import Config, ConfigError, downstream_dir_name, downstream_tasks
 
 log = logging.getLogger("protorl")
 ConfigStore.instance().store(name="protorl_schema", node=Config)
+for _name, _agent in AGENTS.items():  # each agent's YAML (conf/agent/) builds on its config class
+    ConfigStore.instance().store(group="agent_schema", name=_name, node=_agent.config_class)
 
 
 def checked_config(cfg: DictConfig, command: str) -> tuple[Config, dict | None]:
@@ -64,7 +67,9 @@ def _unknown_keys(node: DictConfig, schema: type, prefix: str = "") -> list[str]
         if key not in fields:
             unknown.append(f"{prefix}{key}")
         elif dataclasses.is_dataclass(fields[key]) and OmegaConf.is_dict(node[key]):
-            unknown += _unknown_keys(node[key], fields[key], f"{prefix}{key}.")
+            child_schema = OmegaConf.get_type(node[key])  # the agent's own config class, a subclass of the field's
+            child_schema = child_schema if dataclasses.is_dataclass(child_schema) else fields[key]
+            unknown += _unknown_keys(node[key], child_schema, f"{prefix}{key}.")
     return unknown
 
 
@@ -114,9 +119,8 @@ def run(cfg: DictConfig, command: str) -> None:
 
 
 def _run_phases(config: Config, command: str, run_dir: Path, pretrained: dict | None) -> None:
-    from protorl.agents import AGENTS
     from protorl.checkpoint import CheckpointError, write_text_atomic
-    from protorl.report import plot_curves, summary
+    from protorl.results.report import plot_run, summary
     from protorl.snapshot import SnapshotError, load_snapshot
     from protorl.tracking import finish_run, start_run
     from protorl.training import TrainingDiverged, prepare_process
@@ -128,7 +132,7 @@ def _run_phases(config: Config, command: str, run_dir: Path, pretrained: dict | 
     wandb_run = start_run(config, run_dir)
 
     results = []
-    pretrains = AGENTS[config.agent.name].pretrains and config.pretrain_frames > 0
+    pretrains = AGENTS[config.agent.name].supports("pretrain") and config.pretrain_frames > 0
     if command == "train" and not pretrains:
         log.info("no pre-training (agent=%s, pretrain_frames=%d): the downstream agent learns its "
                  "representation from the task reward", config.agent.name, config.pretrain_frames)
@@ -148,15 +152,15 @@ def _run_phases(config: Config, command: str, run_dir: Path, pretrained: dict | 
         _exit_with(error, status=3)
     finally:
         finish_run(wandb_run)
-    plot = plot_curves(results, run_dir / "curves.png")
+    plot = plot_run(results, run_dir / "curves.png")
     print(summary(results, plot), flush=True)
     if (run_dir / "pretrain" / "analysis.csv").is_file():  # what protorl-analyze RUN_DIR prints and plots
-        from protorl.analysis.paths import OutsideRunError
-        from protorl.analysis.report import NotARunError, analyze_run
+        from protorl.errors import ResultsError
+        from protorl.results.analyze import analyze_run
 
         try:
             print(analyze_run(run_dir), flush=True)
-        except (NotARunError, OutsideRunError) as error:
+        except ResultsError as error:
             _exit_with(error)
 
 
@@ -272,23 +276,24 @@ def tasks() -> None:
 
 def analyze(argv: list[str] | None = None) -> None:
     """protorl-analyze RUN_DIR: coverage and reward-variance plots and a text summary of a run's pre-training."""
-    from protorl.analysis.paths import OutsideRunError
-    from protorl.analysis.report import NotARunError, analyze_run
+    from protorl.errors import ResultsError
+    from protorl.results.analyze import analyze_run
 
     parser = _ArgumentParser(prog="protorl-analyze", description=analyze.__doc__)
     parser.add_argument("run_dir", type=Path, help="a run directory (holding pretrain/analysis.csv)")
     args = parser.parse_args(argv)
     try:
         print(analyze_run(args.run_dir), flush=True)
-    except (NotARunError, OutsideRunError, OSError, OmegaConfBaseException) as error:  # bad files: one line
+    except (ResultsError, OSError, OmegaConfBaseException) as error:  # bad files: one line
         _exit_with(_one_line(error))
 
 
 def aggregate(argv: list[str] | None = None) -> None:
     """protorl-aggregate PATH [PATH ...]: learning curves, final-score tables and rliable statistics (IQM,
     mean, median, optimality gap, performance profiles) over the downstream phases of runs and sweeps."""
-    from protorl.analysis.aggregate import RETURN, AggregateError, aggregate_runs, pretraining_metric
-    from protorl.analysis.paths import OutsideRunError
+    from protorl.errors import ResultsError
+    from protorl.results.aggregate import aggregate_runs
+    from protorl.results.records import RETURN, pretraining_metric
 
     parser = _ArgumentParser(prog="protorl-aggregate", description=aggregate.__doc__)
     parser.add_argument("paths", nargs="+", type=Path, metavar="PATH",
@@ -308,5 +313,5 @@ def aggregate(argv: list[str] | None = None) -> None:
     metric = RETURN if args.metric is None else pretraining_metric(args.metric)
     try:
         print(aggregate_runs(args.paths, args.out, args.group_by, args.reps, args.seed, metric), flush=True)
-    except (AggregateError, OutsideRunError, OSError, OmegaConfBaseException) as error:  # bad files: one line
+    except (ResultsError, OSError, OmegaConfBaseException) as error:  # bad files: one line
         _exit_with(_one_line(error))

@@ -13,14 +13,16 @@ from omegaconf import MISSING
 from protorl.errors import ConfigError
 
 __all__ = ["EVAL_SEED_OFFSET", "MAX_SEED", "AgentConfig", "Config", "ConfigError", "downstream_dir_name",
-           "downstream_tasks"]
+           "downstream_tasks", "in_unit_interval", "invalid", "positive"]
 
 
 @dataclass
 class AgentConfig:
-    """Proto-RL and SAC hyper-parameters (table 1 of the paper), plus each baseline's own constants."""
+    """What every agent shares: the optimiser, the batch and the SAC core (table 1 of the paper). Each agent's
+    own hyper-parameters are a subclass in its module (e.g. `protorl.agents.proto.ProtoConfig`), chosen with
+    `agent=NAME`."""
 
-    name: str = "proto"  # which agent: one of protorl.agents.AGENT_NAMES (set with `agent=NAME`)
+    name: str = "proto"  # which agent: one of protorl.agents.AGENTS (set with `agent=NAME`)
     lr: float = 1e-4
     batch_size: int = 512
     discount: float = 0.99
@@ -28,45 +30,47 @@ class AgentConfig:
     feature_dim: int = 50  # trunk Linear(repr -> 50) + LayerNorm
     hidden_dim: int = 1024
     hidden_depth: int = 2
-    init_temperature: float = 0.1
+    init_temperature: float = 0.1  # SAC's entropy temperature at the start
     log_std_min: float = -10.0
     log_std_max: float = 2.0
     actor_update_every: int = 2  # the table says 2, the text of C.4 says 1: we follow the table
     critic_target_update_every: int = 2
-    critic_target_tau: float = 0.01
-    # Prototypical representation (appendix C.2)
-    proj_dim: int = 128
-    pred_hidden_dim: int = 512
-    num_prototypes: int = 512
-    temperature: float = 0.1  # softmax temperature tau
-    sinkhorn_iters: int = 3
-    ssl_update_every: int = 1  # an L_SSL step every N agent updates (the paper's text: 1; its code: 2)
-    encoder_target_update_every: int = 2
-    encoder_target_tau: float = 0.05
-    # between the linear projector and the L2 normalisation: "none" (the paper), or a departure that keeps
-    # the projections from collapsing, "center" (subtract the mean) or "batchnorm" (protorl/proto.py, Projector)
-    anti_collapse: str = "none"
-    anti_collapse_momentum: float = 0.1  # of its running statistics (BatchNorm's default)
+    critic_target_tau: float = 0.01  # EMA rate of the critic's target
     augment_pad: int = 4  # random shift of +-4 pixels; 0 disables augmentation
-    # Entropy-based intrinsic reward (appendix C.3)
-    candidates_per_prototype: int = 4  # T: queue size is num_prototypes * T
-    knn_k: int = 3
-    # false (the paper): enqueue a batch's candidates, then score it, so at small batches a frame's k nearest
-    # include copies of itself; true: score against the candidates of earlier batches, then enqueue
-    reward_before_enqueue: bool = False
-    # where the k-NN distances are measured: "sphere" (the paper: L2-normalised projections) or "raw" (the
-    # projections before L2 normalisation over their running RMS spread; needed with anti_collapse != none)
-    reward_space: str = "sphere"
-    intr_coef: float = 0.2  # downstream alpha in r + alpha * r_intr
-    # State encoder used when env.obs == "states" (replaces the conv encoder)
-    state_hidden_dim: int = 256
-    # Curiosity baseline (ICM, appendix C.4)
-    icm_proj_dim: int = 50  # linear projection of the encoder's features
-    icm_hidden_dim: int = 1024  # forward and inverse models: 2-layer MLPs with ReLU
-    # APT baseline (Liu and Abbeel 2021)
-    apt_proj_dim: int = 128  # contrastive projection head: Linear -> ReLU -> Linear
-    apt_temperature: float = 0.5  # NT-Xent temperature (SimCLR's default)
-    apt_knn_k: int = 12  # neighbours averaged in the particle-based reward, within the batch
+    state_hidden_dim: int = 256  # the encoder used when env.obs == "states" (replaces the conv encoder)
+
+    def check(self) -> None:
+        """Raise `ConfigError` naming the first invalid value; subclasses check their own fields too."""
+        positive("agent", self, "batch_size", "feature_dim", "hidden_dim", "hidden_depth", "actor_update_every",
+                 "critic_target_update_every", "state_hidden_dim")
+        in_unit_interval("agent", self, "discount", "critic_target_tau")
+        if self.lr <= 0:
+            raise invalid("agent.lr", self.lr, "a positive number")
+        if self.init_temperature <= 0:
+            raise invalid("agent.init_temperature", self.init_temperature, "a positive number")
+        if self.augment_pad < 0:
+            raise invalid("agent.augment_pad", self.augment_pad, "an integer >= 0")
+        if self.log_std_min >= self.log_std_max:
+            raise invalid("agent.log_std_min", self.log_std_min, f"less than agent.log_std_max={self.log_std_max}")
+
+
+def invalid(key: str, value, expected: str) -> ConfigError:
+    """The error for `key=value`, saying what was expected."""
+    return ConfigError(f"invalid config value {key}={value!r}: expected {expected}")
+
+
+def positive(prefix: str, node, *keys: str) -> None:
+    """Raise `ConfigError` for the first of `keys` of `node` that is not a positive number."""
+    for key in keys:
+        if getattr(node, key) <= 0:
+            raise invalid(f"{prefix}.{key}", getattr(node, key), "a positive integer")
+
+
+def in_unit_interval(prefix: str, node, *keys: str) -> None:
+    """Raise `ConfigError` for the first of `keys` of `node` outside (0, 1]."""
+    for key in keys:
+        if not 0.0 < getattr(node, key) <= 1.0:
+            raise invalid(f"{prefix}.{key}", getattr(node, key), "a number in (0, 1]")
 
 
 @dataclass
@@ -121,7 +125,7 @@ class Config:
     variance_repeats: int = 10  # candidate sets drawn per scheme (proto, uniform) and analysis
     map_samples: int = 2048  # replay observations encoded to place each prototype on the maze map
     run_dir: str = MISSING  # set by the YAML files to Hydra's output directory
-    agent: AgentConfig = field(default_factory=AgentConfig)
+    agent: AgentConfig = field(default_factory=AgentConfig)  # the chosen agent's subclass (`agent=NAME`)
 
 
 EVAL_SEED_OFFSET = 100_000  # the evaluation environment's seed: the run's plus this, apart from training's stream

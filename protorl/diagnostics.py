@@ -27,6 +27,8 @@ import torch.nn.functional as F
 COLLAPSE_ENTROPY_MARGIN = 0.01  # nats below log M
 COLLAPSE_SHARED_DIRECTION = 0.9999  # the paper's head reaches 0.99997 within ~10 updates (README)
 COLLAPSE_HINT = "see the README, 'Keeping the prototypes alive', for agent.anti_collapse"
+PROJECTION_METRICS = ("repr/projection_spread", "repr/shared_direction")  # of `projection_diagnostics`
+PROTOTYPE_METRICS = ("repr/distinct_prototypes", "repr/target_entropy")  # of agents with prototypes
 
 
 def sinkhorn_entropy(q: torch.Tensor) -> float:

@@ -6,27 +6,24 @@ import csv
 import math
 import os
 from collections import defaultdict
+from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
 
-TRAIN_COLUMNS = [
-    "frames", "agent_steps", "episode", "episode_reward", "episode_length_frames", "fps", "total_time_s",
-    "repr_loss", "critic_loss", "critic_q", "actor_loss", "alpha", "actor_entropy",
-    "intr_reward_mean", "intr_reward_std", "extr_reward_mean", "icm_forward_loss", "icm_inverse_loss",
-    "repr/distinct_prototypes", "repr/target_entropy", "repr/projection_spread", "repr/shared_direction",
-]
+EPISODE_COLUMNS = ["frames", "agent_steps", "episode", "episode_reward", "episode_length_frames", "fps",
+                   "total_time_s"]  # train.csv's first columns; the agent's update metrics follow
 EVAL_COLUMNS = ["frames", "agent_steps", "episode_reward", "episode_reward_std", "episodes", "total_time_s"]
 
 
 class CSVFile:
-    """Append-only CSV with a fixed header; missing values are left empty."""
+    """Append-only CSV with a fixed header; missing values are left empty, a value without a column is an error."""
 
     def __init__(self, path: Path, columns: list[str]):
         self.path, self.columns = path, columns
         new = not path.exists()
         self._file = open(path, "a", newline="")  # noqa: SIM115 - closed by Logger.close
-        self._writer = csv.DictWriter(self._file, fieldnames=columns, extrasaction="ignore", restval="")
+        self._writer = csv.DictWriter(self._file, fieldnames=columns, extrasaction="raise", restval="")
         if new:
             self._writer.writeheader()
 
@@ -62,11 +59,12 @@ class CSVFile:
 class Logger:
     """Averages update metrics between episode ends; writes one train row per episode, one per eval."""
 
-    def __init__(self, log_dir: Path, tensorboard: bool = True, tracker=None):
-        """`tracker`: a `protorl.tracking.PhaseTracker` that also receives every scalar and image."""
+    def __init__(self, log_dir: Path, metrics: Sequence[str], tensorboard: bool = True, tracker=None):
+        """`metrics`: the names of the update metrics (`Agent.metric_names()`), train.csv's columns after
+        `EPISODE_COLUMNS`; `tracker`: a `protorl.tracking.PhaseTracker` that also receives every scalar and image."""
         log_dir.mkdir(parents=True, exist_ok=True)
         self.log_dir = log_dir
-        self.train_csv = CSVFile(log_dir / "train.csv", TRAIN_COLUMNS)
+        self.train_csv = CSVFile(log_dir / "train.csv", [*EPISODE_COLUMNS, *metrics])
         self.eval_csv = CSVFile(log_dir / "eval.csv", EVAL_COLUMNS)
         self._sums: dict[str, float] = defaultdict(float)
         self._counts: dict[str, int] = defaultdict(int)

@@ -8,9 +8,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from protorl.agents import agent_class
 from protorl.checkpoint import SnapshotError, atomic_save, safe_load
+from protorl.config import AgentConfig
 
-FORMAT_VERSION = 2  # 2: the projector as `linear` plus its statistics (anti_collapse, reward_space)
+FORMAT_VERSION = 3  # 2: the projector as `linear` plus its statistics; 3: each agent's own config keys
 
 __all__ = ["SnapshotError", "check_architecture", "check_spec", "load_snapshot", "save_snapshot"]
 
@@ -22,11 +24,9 @@ def save_snapshot(path: Path, agent_state: dict, env_spec: dict, config: dict, f
     return atomic_save(payload, path)
 
 
-# agent settings that fix which networks a snapshot holds and their shapes: every agent's, and each one's own
+# SAC's settings that fix which networks every snapshot holds and their shapes; each agent adds its own
+# (`Agent.architecture_keys`)
 ARCHITECTURE_KEYS = ("name", "feature_dim", "hidden_dim", "hidden_depth", "state_hidden_dim")
-AGENT_ARCHITECTURE_KEYS = {"proto": ("proj_dim", "pred_hidden_dim", "num_prototypes", "candidates_per_prototype",
-                                     "anti_collapse", "reward_space"),
-                           "icm": ("icm_proj_dim", "icm_hidden_dim"), "apt": ("apt_proj_dim",)}
 
 
 def load_snapshot(path: str | Path, env_spec: dict | None = None, agent_config=None) -> dict:
@@ -35,8 +35,8 @@ def load_snapshot(path: str | Path, env_spec: dict | None = None, agent_config=N
     payload = safe_load(path, "snapshot")
     if payload.get("format_version") != FORMAT_VERSION:
         raise SnapshotError(f"snapshot {path}: not a protorl snapshot of format version {FORMAT_VERSION} (found "
-                            f"{payload.get('format_version')!r}; snapshots of format 1 predate protorl 0.2's head: "
-                            "pre-train again)")
+                            f"{payload.get('format_version')!r}; older snapshots predate each agent's own "
+                            "config keys: pre-train again)")
     missing = [key for key in ("agent", "env_spec", "config", "frames") if key not in payload]
     if missing:
         raise SnapshotError(f"snapshot {path}: incomplete, missing {', '.join(missing)}")
@@ -58,19 +58,15 @@ def check_spec(path: Path, saved: dict, current: dict) -> None:
                             + "; ".join(differences))
 
 
-def check_architecture(path: Path, saved_agent: dict, agent_config) -> None:
+def check_architecture(path: Path, saved_agent: dict, agent_config: AgentConfig) -> None:
     """Raise `SnapshotError` if the snapshot's networks were built with other sizes than `agent_config`."""
-    from protorl.config import AgentConfig
-
-    defaults = AgentConfig()  # a key missing from an older snapshot had its default value
-
-    def saved(key: str):
-        return saved_agent.get(key, getattr(defaults, key))
-
-    differences = [f"agent.{key}={saved(key)!r} in the snapshot, {getattr(agent_config, key)!r} here"
-                   for key in (*ARCHITECTURE_KEYS, *AGENT_ARCHITECTURE_KEYS.get(saved("name"), ()))
-                   if saved(key) != getattr(agent_config, key)]
+    if saved_agent.get("name") != agent_config.name:
+        raise SnapshotError(f"snapshot {path} was pre-trained by agent {saved_agent.get('name')!r}, not "
+                            f"{agent_config.name!r}: pass agent={saved_agent.get('name')} to finetune")
+    agent = agent_class(agent_config.name)
+    differences = [f"agent.{key}={saved_agent.get(key)!r} in the snapshot, {getattr(agent_config, key)!r} here"
+                   for key in (*ARCHITECTURE_KEYS, *agent.architecture_keys)
+                   if saved_agent.get(key) != getattr(agent_config, key)]
     if differences:
-        raise SnapshotError(f"snapshot {path} was pre-trained with another agent or other network sizes; pass "
-                            "the snapshot's values to finetune (agent.name is set with agent=NAME): "
-                            + "; ".join(differences))
+        raise SnapshotError(f"snapshot {path} was pre-trained with other network sizes; pass the snapshot's "
+                            "values to finetune: " + "; ".join(differences))

@@ -32,7 +32,6 @@ from protorl.checkpoint import (
     write_text_atomic,
 )
 from protorl.config import EVAL_SEED_OFFSET, Config
-from protorl.diagnostics import collapse_message
 from protorl.envs import make_env
 from protorl.logger import Logger
 from protorl.replay import ReplayBuffer
@@ -103,8 +102,9 @@ class Trainer:
         self.device = resolve_device(cfg.device)
         self.env = make_env(task, cfg, seed=cfg.seed)
         self.eval_env = make_env(task, cfg, seed=cfg.seed + EVAL_SEED_OFFSET)
-        self.agent = make_agent(self.env.obs_type, self.env.obs_shape, self.env.action_shape, cfg.agent,
-                                self.device, phase, train_representation=phase == "pretrain" or pretrained is None)
+        mode = "pretrain" if phase == "pretrain" else "online" if pretrained is None else "frozen"
+        self.agent = make_agent(cfg.agent, self.env.obs_type, self.env.obs_shape, self.env.action_shape,
+                                self.device, mode)
         if pretrained is not None:
             source = Path(pretrained.get("path", "<snapshot>"))
             check_spec(source, pretrained["env_spec"], self.env.spec())
@@ -117,7 +117,8 @@ class Trainer:
         self.replay = ReplayBuffer(self.env.frame_shape, self.env.frame_dtype, self.env.action_shape,
                                    cfg.replay_capacity, self.env.frame_stack, seed=cfg.seed,
                                    physical_state_shape=self.env.physical_state_shape if self.analyses else None)
-        self.logger = Logger(out_dir, tensorboard=cfg.tensorboard, tracker=phase_tracker(cfg, out_dir.name))
+        self.logger = Logger(out_dir, self.agent.metric_names(), tensorboard=cfg.tensorboard,
+                             tracker=phase_tracker(cfg, out_dir.name))
         self.monitor = None  # pre-training analyses: coverage, maps, reward variance (protorl/analysis/)
         if self.analyses:
             self.monitor = AnalysisMonitor(cfg, self.env, self.agent, self.replay, self.logger, out_dir)
@@ -169,7 +170,7 @@ class Trainer:
             else:
                 action = self.agent.act(time_step.obs, sample=True)
             if not seeding and len(self.replay) > 0 and self.agent_steps % cfg.update_every_steps == 0:
-                metrics = self.agent.update(self.replay, self.updates)
+                metrics = self.agent.update(self.replay.sample(cfg.agent.batch_size, self.device), self.updates)
                 self._check_finite(metrics)
                 self.logger.accumulate(metrics)
                 self.updates += 1
@@ -245,7 +246,7 @@ class Trainer:
 
     def _warn_if_collapsed(self, row: dict) -> None:
         """One warning per phase, the first time a logged row shows a collapsed representation."""
-        message = None if self._collapse_warned else collapse_message(row, self.cfg.agent.num_prototypes)
+        message = None if self._collapse_warned else self.agent.collapse_message(row)
         if message is not None:
             log.warning("%s %s", self.phase, message)
             self._collapse_warned = True

@@ -8,23 +8,15 @@ import math
 
 import torch
 
-from protorl.agents import AGENTS
-from protorl.config import EVAL_SEED_OFFSET, MAX_SEED, Config, ConfigError, downstream_tasks
+from protorl.agents import AGENTS, agent_class, agent_config
+from protorl.config import EVAL_SEED_OFFSET, MAX_SEED, AgentConfig, Config, ConfigError, downstream_tasks, invalid
 from protorl.envs import check_task, make_env, split_task
-from protorl.proto import ANTI_COLLAPSE, REWARD_SPACES
 from protorl.tracking import wandb_available
 
 _POSITIVE_INTS = {
     "finetune_frames", "replay_capacity", "update_every_steps",
     "eval_every_frames", "log_every_episodes", "video_size",
 }
-_POSITIVE_AGENT_INTS = {
-    "batch_size", "feature_dim", "hidden_dim", "hidden_depth", "actor_update_every",
-    "critic_target_update_every", "proj_dim", "pred_hidden_dim", "num_prototypes", "sinkhorn_iters",
-    "encoder_target_update_every", "ssl_update_every", "candidates_per_prototype", "knn_k", "state_hidden_dim",
-    "icm_proj_dim", "icm_hidden_dim", "apt_proj_dim", "apt_knn_k",
-}
-_UNIT_INTERVAL_AGENT = {"discount", "critic_target_tau", "encoder_target_tau", "anti_collapse_momentum"}
 
 
 def validate(cfg: Config, command: str) -> None:
@@ -33,7 +25,7 @@ def validate(cfg: Config, command: str) -> None:
     `command`: "pretrain", "finetune" or "train" (both phases).
     """
     def fail(key: str, value, expected: str) -> None:
-        raise ConfigError(f"invalid config value {key}={value!r}: expected {expected}")
+        raise invalid(key, value, expected)
 
     for key, value in _float_values(cfg):
         if not math.isfinite(value):
@@ -44,50 +36,21 @@ def validate(cfg: Config, command: str) -> None:
     for key in sorted(_POSITIVE_INTS):
         if getattr(cfg, key) <= 0:
             fail(key, getattr(cfg, key), "a positive integer")
-    for key in sorted(_POSITIVE_AGENT_INTS):
-        if getattr(cfg.agent, key) <= 0:
-            fail(f"agent.{key}", getattr(cfg.agent, key), "a positive integer")
-    for key in sorted(_UNIT_INTERVAL_AGENT):
-        value = getattr(cfg.agent, key)
-        if not 0.0 < value <= 1.0:
-            fail(f"agent.{key}", value, "a number in (0, 1]")
-    if cfg.agent.name not in AGENTS:
-        fail("agent", cfg.agent.name, f"one of {', '.join(AGENTS)} (set with agent=NAME)")
-    agent = AGENTS[cfg.agent.name]
+    agent = agent_class(cfg.agent.name)
+    if type(cfg.agent) not in (agent.config_class, AgentConfig):
+        fail("agent.name", cfg.agent.name, f"the agent of the config chosen ({type(cfg.agent).__name__}): set the "
+             "agent with agent=NAME")
+    agent_config(cfg.agent).check()
     if cfg.pretrain_frames < 0 or (command == "pretrain" and cfg.pretrain_frames == 0):
         fail("pretrain_frames", cfg.pretrain_frames, "a positive integer (0 only with protorl-train: no pre-training)")
-    if command == "pretrain" and not agent.pretrains:
+    pretrains = agent.supports("pretrain")
+    if command == "pretrain" and not pretrains:
         fail("agent", agent.name, "an agent with a task-agnostic phase: DrQ learns from the task reward only "
              "(run it with protorl-train or protorl-finetune)")
-    if command == "train" and agent.pretrains and cfg.pretrain_frames == 0 and not agent.learns_online:
+    if command == "train" and pretrains and cfg.pretrain_frames == 0 and not agent.supports("online"):
         fail("pretrain_frames", 0, f"a positive integer: agent={agent.name} learns its representation only "
              "in pre-training (agents without pre-training: "
-             f"{', '.join(name for name, a in AGENTS.items() if a.learns_online)})")
-    if agent.name == "apt" and cfg.agent.apt_knn_k >= cfg.agent.batch_size:
-        fail("agent.apt_knn_k", cfg.agent.apt_knn_k, f"less than agent.batch_size={cfg.agent.batch_size} "
-             "(the neighbours come from the same batch)")
-    if not cfg.agent.apt_temperature > 0:
-        fail("agent.apt_temperature", cfg.agent.apt_temperature, "a positive number")
-    if cfg.agent.anti_collapse not in ANTI_COLLAPSE:
-        fail("agent.anti_collapse", cfg.agent.anti_collapse, f"one of {', '.join(ANTI_COLLAPSE)}")
-    if cfg.agent.reward_space not in REWARD_SPACES:
-        fail("agent.reward_space", cfg.agent.reward_space, f"one of {', '.join(REWARD_SPACES)}")
-    if cfg.agent.anti_collapse == "batchnorm" and cfg.agent.batch_size < 2:
-        fail("agent.batch_size", cfg.agent.batch_size, "at least 2 with agent.anti_collapse=batchnorm")
-    if cfg.agent.lr <= 0:
-        fail("agent.lr", cfg.agent.lr, "a positive number")
-    if cfg.agent.temperature <= 0 or cfg.agent.init_temperature <= 0:
-        fail("agent.temperature/init_temperature", (cfg.agent.temperature, cfg.agent.init_temperature),
-             "positive numbers")
-    if cfg.agent.intr_coef < 0:
-        fail("agent.intr_coef", cfg.agent.intr_coef, "a number >= 0")
-    if cfg.agent.augment_pad < 0:
-        fail("agent.augment_pad", cfg.agent.augment_pad, "an integer >= 0")
-    if cfg.agent.log_std_min >= cfg.agent.log_std_max:
-        fail("agent.log_std_min", cfg.agent.log_std_min, f"less than agent.log_std_max={cfg.agent.log_std_max}")
-    if cfg.agent.knn_k > cfg.agent.num_prototypes:
-        fail("agent.knn_k", cfg.agent.knn_k, f"at most agent.num_prototypes={cfg.agent.num_prototypes} "
-             "(the candidates in the queue after the first update)")
+             f"{', '.join(name for name, a in AGENTS.items() if a.supports('online'))})")
     if cfg.seed_transitions < 0:
         fail("seed_transitions", cfg.seed_transitions, "an integer >= 0")
     if cfg.eval_episodes < 0:
@@ -137,7 +100,7 @@ def validate(cfg: Config, command: str) -> None:
     if cfg.replay_capacity <= frame_stack:
         fail("replay_capacity", cfg.replay_capacity, f"more than the frame stack ({frame_stack}): a transition "
              "needs its stacks in the buffer")
-    phases = {"pretrain_frames": command != "finetune" and agent.pretrains and cfg.pretrain_frames > 0,
+    phases = {"pretrain_frames": command != "finetune" and pretrains and cfg.pretrain_frames > 0,
               "finetune_frames": command != "pretrain"}
     for key in (key for key, runs in phases.items() if runs):
         if getattr(cfg, key) // cfg.action_repeat <= cfg.seed_transitions:
@@ -147,13 +110,13 @@ def validate(cfg: Config, command: str) -> None:
         _check_camera(cfg, [cfg.env, *([cfg.pretrain_env] if cfg.pretrain_env else []), *cfg.finetune_envs])
     if len(set(cfg.finetune_envs)) != len(cfg.finetune_envs):
         fail("finetune_envs", list(cfg.finetune_envs), "a list of distinct task names")
-    if command == "train" and agent.pretrains and cfg.pretrain_frames > 0:
+    if command == "train" and pretrains and cfg.pretrain_frames > 0:
         pretrain_domain = split_task(cfg.pretrain_env or cfg.env)[0]
         other = [task for task in downstream_tasks(cfg) if split_task(task)[0] != pretrain_domain]
         if other:
             raise ConfigError(f"downstream task(s) {', '.join(other)} are not of the pre-training task's domain "
                               f"{pretrain_domain!r}: a snapshot serves the tasks of its own domain only")
-    if command == "finetune" and not cfg.snapshot and agent.pretrains:
+    if command == "finetune" and not cfg.snapshot and pretrains:
         raise ConfigError("finetune needs a pre-training snapshot: add snapshot=/path/to/snapshot.pt "
                           "(or run protorl-train pretrain_frames=0 to learn without pre-training)")
 

@@ -7,7 +7,6 @@ Everything is sized so that one agent update takes milliseconds on a CPU: 32x32 
 from __future__ import annotations
 
 import copy
-import dataclasses
 import os
 
 os.environ.setdefault("MUJOCO_GL", "egl")
@@ -17,46 +16,31 @@ import pytest  # noqa: E402
 import torch  # noqa: E402
 
 from protorl.agents import ProtoAgent  # noqa: E402
-from protorl.config import AgentConfig  # noqa: E402
+from protorl.agents.proto import ProtoConfig  # noqa: E402
 from protorl.replay import ReplayBuffer  # noqa: E402
+from tests.agents import (  # noqa: E402
+    FRAME_STACK,
+    IMAGE_SIZE,
+    PIXEL_OBS_SHAPE,
+    POINT_MASS_ACTION_SHAPE,
+    tiny_agent,
+    tiny_config,
+)
 
 # The tensors here are tiny: one intra-op thread is faster, and avoids OpenMP spin-waiting slowing the
 # suite ~10x when another process is using the CPU.
 torch.set_num_threads(1)
 
-IMAGE_SIZE = 32
-FRAME_STACK = 3
-PIXEL_OBS_SHAPE = (3 * FRAME_STACK, IMAGE_SIZE, IMAGE_SIZE)
-POINT_MASS_ACTION_SHAPE = (2,)
-
-TINY_AGENT = {
-    "batch_size": 8,
-    "hidden_dim": 32,
-    "feature_dim": 16,
-    "num_prototypes": 16,
-    "candidates_per_prototype": 2,
-    "proj_dim": 16,
-    "pred_hidden_dim": 32,
-    "state_hidden_dim": 32,
-    "icm_hidden_dim": 32,
-    "apt_knn_k": 3,  # APT's neighbours come from the batch of 8
-}
-
-
 @pytest.fixture
-def tiny_cfg() -> AgentConfig:
-    """A fresh tiny AgentConfig (paper values for everything but the sizes)."""
-    return AgentConfig(**TINY_AGENT)
+def tiny_cfg() -> ProtoConfig:
+    """A fresh tiny ProtoConfig (paper values for everything but the sizes)."""
+    return tiny_config("proto")
 
 
 @pytest.fixture
 def make_cfg():
-    """Factory: the tiny AgentConfig with some fields overridden."""
-
-    def factory(**overrides) -> AgentConfig:
-        return dataclasses.replace(AgentConfig(**TINY_AGENT), **overrides)
-
-    return factory
+    """Factory: the tiny ProtoConfig with some fields overridden."""
+    return lambda **overrides: tiny_config("proto", **overrides)
 
 
 @pytest.fixture(scope="session")
@@ -111,10 +95,7 @@ def random_replay() -> ReplayBuffer:
 def build_agent(tiny_cfg):
     """Factory: a pixel ProtoAgent for point_mass (9x32x32 observations, 2-d actions) on the CPU."""
 
-    def factory(phase: str = "pretrain", cfg: AgentConfig | None = None, seed: int | None = None) -> ProtoAgent:
-        if seed is not None:
-            torch.manual_seed(seed)
-        return ProtoAgent("pixels", PIXEL_OBS_SHAPE, POINT_MASS_ACTION_SHAPE, cfg or tiny_cfg,
-                          torch.device("cpu"), phase)
+    def factory(mode: str = "pretrain", cfg: ProtoConfig | None = None, seed: int | None = None) -> ProtoAgent:
+        return tiny_agent("proto", mode, cfg or tiny_cfg, seed)
 
     return factory

@@ -13,23 +13,36 @@ import subprocess
 import sys
 from pathlib import Path
 
+# each agent's own sizes in a tiny run (the shared ones are in STATES and TINY)
+AGENT_SIZES = {
+    "proto": ["agent.num_prototypes=16", "agent.candidates_per_prototype=2", "agent.proj_dim=16",
+              "agent.pred_hidden_dim=32"],
+    "icm": ["agent.model_hidden_dim=32"],
+    "apt": ["agent.knn_k=3"],  # APT's neighbours come from the batch of 8
+}
 # a tiny run from states: 1000-frame point_mass episodes of 125 agent steps (action repeat 8), a tiny agent
-STATES = [
+STATES_SHARED = [
     "obs=states", "preset=small", "env=point_mass_easy", "action_repeat=8", "seed_transitions=20",
     "replay_capacity=2000", "agent.batch_size=8", "agent.hidden_dim=32", "agent.feature_dim=16",
-    "agent.num_prototypes=16", "agent.candidates_per_prototype=2", "agent.proj_dim=16", "agent.pred_hidden_dim=32",
     "agent.state_hidden_dim=32", "eval_episodes=1", "eval_every_frames=1000", "analysis_every_frames=null",
     "snapshot_at_frames=[]", "progress_bar=false", "threads=1",
 ]
+STATES = [*STATES_SHARED, *AGENT_SIZES["proto"]]  # Proto-RL, the default agent
 # a tiny run from pixels: 32x32 frames, action repeat 8 (125 agent steps per 1000-frame point_mass episode), a
 # tiny agent, one intra-op thread: each subprocess takes seconds
-TINY = [
+TINY_SHARED = [
     "image_size=32", "action_repeat=8", "seed_transitions=20", "replay_capacity=500",
-    "agent.batch_size=8", "agent.hidden_dim=32", "agent.feature_dim=16", "agent.num_prototypes=16",
-    "agent.candidates_per_prototype=2", "agent.proj_dim=16", "agent.pred_hidden_dim=32",
-    "agent.state_hidden_dim=32", "eval_episodes=1", "eval_every_frames=1000",
-    "tensorboard=false", "progress_bar=false", "threads=1",
+    "agent.batch_size=8", "agent.hidden_dim=32", "agent.feature_dim=16", "agent.state_hidden_dim=32",
+    "eval_episodes=1", "eval_every_frames=1000", "tensorboard=false", "progress_bar=false", "threads=1",
 ]
+TINY = [*TINY_SHARED, *AGENT_SIZES["proto"]]  # Proto-RL, the default agent
+
+
+def tiny_agent(name: str) -> list[str]:
+    """`agent=name` and that agent's own tiny sizes, to follow STATES_SHARED or TINY_SHARED."""
+    return [f"agent={name}", *AGENT_SIZES.get(name, [])]
+
+
 TIMEOUT_S = 150
 TIMING_COLUMNS = {"fps", "total_time_s", "analysis/time_s"}
 

@@ -18,6 +18,7 @@ import torch.nn.functional as F
 
 from protorl.agents import ProtoAgent
 from protorl.replay import ReplayBuffer
+from tests.agents import update
 
 # -- helpers -----------------------------------------------------------------------------------------
 
@@ -62,7 +63,7 @@ def sample_features(agent: ProtoAgent, replay: ReplayBuffer):
 
 
 def run_updates(agent: ProtoAgent, replay: ReplayBuffer, steps) -> list[dict[str, float]]:
-    return [agent.update(replay, step) for step in steps]
+    return [update(agent, replay, step) for step in steps]
 
 
 @pytest.fixture
@@ -77,7 +78,7 @@ def pretrained(build_agent, replay):
 def finetuned(build_agent, pretrained):
     """(fine-tune agent freshly loaded from `pretrained`, deep copy of the loaded representation state)."""
     state = copy.deepcopy(pretrained.representation_state())
-    agent = build_agent("finetune", seed=1)
+    agent = build_agent("frozen", seed=1)
     agent.load_pretrained(state)
     return agent, copy.deepcopy(state)
 
@@ -85,8 +86,8 @@ def finetuned(build_agent, pretrained):
 # -- construction ------------------------------------------------------------------------------------
 
 
-def test_unknown_phase_rejected(build_agent):
-    with pytest.raises(ValueError, match="phase"):
+def test_unknown_mode_rejected(build_agent):
+    with pytest.raises(ValueError, match="mode"):
         build_agent("finetuning")
 
 
@@ -119,7 +120,7 @@ def test_pretrain_update_changes_representation_and_rl(build_agent, replay):
     actor, critic = clone_params(agent.sac.actor), clone_params(agent.sac.critic)
     log_alpha = agent.sac.log_alpha.item()
 
-    metrics = agent.update(replay, step=0)  # step 0: critic, actor and alpha all update
+    metrics = update(agent, replay, step=0)  # step 0: critic, actor and alpha all update
 
     for name, module in representation_modules(agent).items():
         assert_all_changed(before[name], clone_params(module))
@@ -137,7 +138,7 @@ def test_pretrain_update_changes_representation_and_rl(build_agent, replay):
 def test_pretrain_actor_updates_only_every_actor_update_every(build_agent, replay):
     agent = build_agent("pretrain", seed=0)
     actor, log_alpha = clone_params(agent.sac.actor), agent.sac.log_alpha.item()
-    metrics = agent.update(replay, step=1)  # 1 % 2 != 0: critic only
+    metrics = update(agent, replay, step=1)  # 1 % 2 != 0: critic only
     assert "actor_loss" not in metrics
     assert_all_equal(actor, clone_params(agent.sac.actor))
     assert agent.sac.log_alpha.item() == log_alpha
@@ -146,7 +147,7 @@ def test_pretrain_actor_updates_only_every_actor_update_every(build_agent, repla
 def test_sac_update_never_touches_the_representation(build_agent, replay):
     agent = build_agent("pretrain", seed=0)
     batch, _, _, features, next_features = sample_features(agent, replay)
-    reward = agent.intrinsic_reward(agent.head.projector(next_features))
+    reward = agent.enqueue_and_score(agent.head.projector(next_features))
     rep_before = representation_snapshot(agent)
     actor, critic = clone_params(agent.sac.actor), clone_params(agent.sac.critic)
 
@@ -202,7 +203,7 @@ def test_state_observation_agent_pretrain_update(tiny_cfg):
     obs = torch.randn(3, 4)
     assert torch.equal(agent.augment(obs), obs)  # no image augmentation on states
     encoder = clone_params(agent.encoder)
-    metrics = agent.update(replay, 0)
+    metrics = update(agent, replay, 0)
     assert_all_changed(encoder, clone_params(agent.encoder))
     assert math.isfinite(metrics["repr_loss"]) and math.isfinite(metrics["critic_loss"])
     action = agent.act(rng.standard_normal(4).astype(np.float32), sample=False)
@@ -216,12 +217,12 @@ def test_state_observation_agent_pretrain_update(tiny_cfg):
 def test_targets_follow_online_by_ema_on_schedule(build_agent, make_cfg, replay, every, tau):
     cfg = make_cfg(encoder_target_update_every=every, encoder_target_tau=tau)
     agent = build_agent("pretrain", cfg=cfg, seed=0)
-    agent.update(replay, step=1)  # an off-schedule step first, so the online and target weights differ
+    update(agent, replay, step=1)  # an off-schedule step first, so the online and target weights differ
     pairs = [(agent.encoder, agent.encoder_target), (agent.head.projector, agent.projector_target)]
     for step in range(2, 8):
         online_before = [clone_params(online) for online, _ in pairs]
         target_before = [clone_params(target) for _, target in pairs]
-        agent.update(replay, step)
+        update(agent, replay, step)
         for (online, target), online_old, target_old in zip(pairs, online_before, target_before, strict=True):
             target_new = clone_params(target)
             if step % every:
@@ -239,9 +240,9 @@ def test_targets_follow_online_by_ema_on_schedule(build_agent, make_cfg, replay,
 
 def test_targets_ema_uses_post_step_online_weights_as_in_paper(build_agent, replay):
     agent = build_agent("pretrain", seed=0)
-    agent.update(replay, step=1)
+    update(agent, replay, step=1)
     target_before = clone_params(agent.encoder_target)
-    agent.update(replay, step=2)
+    update(agent, replay, step=2)
     online_after = clone_params(agent.encoder)
     for name, value in clone_params(agent.encoder_target).items():
         expected = torch.lerp(target_before[name], online_after[name], agent.cfg.encoder_target_tau)
@@ -261,7 +262,7 @@ def test_prototypes_are_put_back_on_the_sphere_after_each_ssl_step(build_agent, 
         with torch.no_grad():
             agent.head.prototypes.mul_(3.0)
         before = agent.head.prototypes.detach().clone()
-        agent.update(replay, step)
+        update(agent, replay, step)
         after = agent.head.prototypes.detach()
         if step % 2 == 0:  # an SSL step: a gradient step, then the projection onto the sphere
             torch.testing.assert_close(after.norm(dim=1), ones, rtol=0, atol=1e-6)
@@ -272,12 +273,12 @@ def test_prototypes_are_put_back_on_the_sphere_after_each_ssl_step(build_agent, 
 
 def test_prototypes_unit_norm_after_pretrain_update(build_agent, replay):
     agent = build_agent("pretrain", seed=0)
-    agent.update(replay, step=0)
+    update(agent, replay, step=0)
     norms = agent.head.prototypes.detach().norm(dim=1)
     torch.testing.assert_close(norms, torch.ones_like(norms), rtol=0, atol=1e-6)
 
 
-@pytest.mark.parametrize("phase", ["pretrain", "finetune"])
+@pytest.mark.parametrize("phase", ["pretrain", "frozen"])
 def test_queue_receives_num_prototypes_candidates_per_update(build_agent, replay, tiny_cfg, phase):
     agent = build_agent(phase, seed=0)
     m, capacity = tiny_cfg.num_prototypes, tiny_cfg.num_prototypes * tiny_cfg.candidates_per_prototype
@@ -286,7 +287,7 @@ def test_queue_receives_num_prototypes_candidates_per_update(build_agent, replay
     expected_pointers = [m % capacity, 0, m, 0]
     for step, (size, pointer) in enumerate(zip(expected_sizes, expected_pointers, strict=True)):
         items_before, pointer_before = agent.queue.items.clone(), agent.queue.pointer
-        agent.update(replay, step)
+        update(agent, replay, step)
         assert agent.queue.size == size and agent.queue.pointer == pointer
         written = (pointer_before + torch.arange(m)) % capacity
         untouched = torch.ones(capacity, dtype=torch.bool)
@@ -305,7 +306,7 @@ def test_finetune_freezes_representation(finetuned, replay):
     agent, state = finetuned
     for module in (agent.encoder, agent.head, agent.encoder_target, agent.projector_target):
         assert not any(p.requires_grad for p in module.parameters())
-    assert not agent.train_representation and "optimizers" not in agent.state_dict()
+    assert not agent.trains_representation and "optimizers" not in agent.state_dict()
     for key, module in [("encoder", agent.encoder), ("encoder_target", agent.encoder_target),
                         ("projector_target", agent.projector_target)]:
         assert_all_equal(state[key], module.state_dict())
@@ -359,7 +360,7 @@ def test_finetune_refreshes_queue(finetuned, replay, tiny_cfg):
     m, capacity = tiny_cfg.num_prototypes, agent.queue.capacity
     for step in range(3):
         items, pointer = agent.queue.items.clone(), agent.queue.pointer
-        agent.update(replay, step)
+        update(agent, replay, step)
         assert agent.queue.pointer == (pointer + m) % capacity
         assert agent.queue.size == capacity
         assert not torch.equal(items, agent.queue.items)
@@ -375,13 +376,13 @@ def test_finetune_reward_is_extrinsic_plus_scaled_intrinsic(build_agent, make_cf
     `random_replay` has dense random rewards in [0, 1), so both terms matter.
     """
     cfg = make_cfg(intr_coef=intr_coef)
-    agent = build_agent("finetune", cfg=cfg, seed=1)
+    agent = build_agent("frozen", cfg=cfg, seed=1)
     agent.load_pretrained(copy.deepcopy(pretrained.representation_state()))
     twins = [copy.deepcopy(agent) for _ in range(3)]
     twin_replays = [copy.deepcopy(random_replay) for _ in range(3)]
 
     torch.manual_seed(11)
-    metrics = agent.update(random_replay, step=1)
+    metrics = update(agent, random_replay, step=1)
 
     def by_hand(twin: ProtoAgent, twin_replay: ReplayBuffer, extr_coef: float, coef: float):
         torch.manual_seed(11)
@@ -390,7 +391,7 @@ def test_finetune_reward_is_extrinsic_plus_scaled_intrinsic(build_agent, make_cf
         obs, next_obs = twin.augment(batch.obs), twin.augment(batch.next_obs)
         with torch.no_grad():
             features, next_features = twin.encoder(obs), twin.encoder(next_obs)
-            intr = twin.intrinsic_reward(twin.head.projector(next_features))
+            intr = twin.enqueue_and_score(twin.head.projector(next_features))
         reward = extr_coef * batch.reward + coef * intr
         return batch, intr, twin.sac.update(features, batch.action, reward, batch.discount, next_features, 1)
 
@@ -412,12 +413,12 @@ def test_finetune_reward_is_extrinsic_plus_scaled_intrinsic(build_agent, make_cf
 # -- determinism -------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("phase", ["pretrain", "finetune"])
+@pytest.mark.parametrize("phase", ["pretrain", "frozen"])
 def test_updates_are_deterministic_on_cpu(build_agent, replay, pretrained, phase):
     states = []
     for _ in range(2):
         agent = build_agent(phase, seed=3)
-        if phase == "finetune":
+        if phase == "frozen":
             agent.load_pretrained(copy.deepcopy(pretrained.representation_state()))
         metrics = run_updates(agent, copy.deepcopy(replay), range(3))
         tensors = {f"rep.{k}": v for k, v in representation_snapshot(agent).items()}

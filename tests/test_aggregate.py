@@ -14,9 +14,10 @@ import numpy as np
 import pytest
 from omegaconf import OmegaConf
 
-from protorl.analysis.aggregate import COMPLETE, Record, seed_curve
 from protorl.cli import aggregate
 from protorl.logger import EVAL_COLUMNS
+from protorl.results.aggregate import seed_curve
+from protorl.results.records import COMPLETE, Record
 
 REPS = 50
 

@@ -24,17 +24,18 @@ from protorl.analysis.coverage import (
 )
 from protorl.analysis.maps import closest_samples, wall_rectangles
 from protorl.analysis.monitor import AnalysisMonitor
-from protorl.analysis.report import NotARunError, analyze_run
 from protorl.analysis.variance import proto_candidates, reward_variance, spread
 from protorl.checkpoint import SnapshotError
 from protorl.cli import analyze
-from protorl.config import AgentConfig, Config, ConfigError
+from protorl.config import Config, ConfigError
 from protorl.envs import DMCEnv
+from protorl.errors import ResultsError
 from protorl.logger import Logger
 from protorl.replay import ReplayBuffer
+from protorl.results.analyze import analyze_run
 from protorl.training import Trainer
 from protorl.validate import validate
-from tests.conftest import TINY_AGENT
+from tests.agents import tiny_config as tiny_agent_config
 from tests.runs import TINY, assert_ok, read_csv, run
 
 UNIT_SQUARE_2X2 = CoverageSpec(("x", "y"), np.array([0, 1]), np.zeros(2), np.ones(2), np.zeros(2, dtype=bool), 2)
@@ -154,7 +155,7 @@ def test_agents_without_prototypes_get_coverage_and_a_map(tmp_path):
     cfg = Config(env=env.task, obs="states", analysis_every_frames=100, run_dir=str(tmp_path))
     replay = ReplayBuffer(env.frame_shape, env.frame_dtype, env.action_shape, 100, 1,
                           physical_state_shape=env.physical_state_shape)
-    monitor = AnalysisMonitor(cfg, env, object(), replay, Logger(tmp_path, tensorboard=False), tmp_path)
+    monitor = AnalysisMonitor(cfg, env, object(), replay, Logger(tmp_path, (), tensorboard=False), tmp_path)
     time_step = env.reset()
     replay.add_first(time_step.frame, time_step.physical_state)
     monitor.record(time_step.physical_state)
@@ -171,13 +172,13 @@ def test_agents_without_prototypes_get_coverage_and_a_map(tmp_path):
 
 
 # -- in the training loop -------------------------------------------------------------------------------------
-def tiny_config(run_dir, **overrides) -> Config:
+def tiny_run_config(run_dir, **overrides) -> Config:
     """Maze from states, 125 agent steps per episode, analyses every 1000 frames (every episode end)."""
     values = dict(env="point_mass_maze_explore", obs="states", action_repeat=8, seed_transitions=20,
                   replay_capacity=500, pretrain_frames=3000, snapshot_at_frames=[], checkpoint_every_frames=1000,
                   checkpoint_keep=5, keep_checkpoints=True, eval_episodes=1, analysis_every_frames=1000,
                   variance_probes=8, variance_repeats=3, map_samples=32, tensorboard=False, progress_bar=False,
-                  run_dir=str(run_dir), agent=AgentConfig(**TINY_AGENT))
+                  run_dir=str(run_dir), agent=tiny_agent_config("proto"))
     return Config(**{**values, **overrides})
 
 
@@ -188,7 +189,7 @@ def without(rows: list[dict[str, str]], *columns: str) -> list[dict[str, str]]:
 def test_exact_resume_with_analyses_and_no_effect_on_training(tmp_path):
     """A phase resumed from its 1000-frame checkpoint writes the same analyses and maps as the straight run,
     and a run without analyses trains identically (the analyses draw from their own generators)."""
-    cfg = tiny_config(tmp_path)
+    cfg = tiny_run_config(tmp_path)
     straight = tmp_path / "straight"
     Trainer(cfg, "pretrain", cfg.env, straight).run()
     resumed = tmp_path / "resumed"
@@ -206,19 +207,19 @@ def test_exact_resume_with_analyses_and_no_effect_on_training(tmp_path):
         assert (resumed / "maps" / name).read_bytes() == (straight / "maps" / name).read_bytes()
 
     plain = tmp_path / "plain"
-    Trainer(tiny_config(tmp_path, analysis_every_frames=None), "pretrain", cfg.env, plain).run()
+    Trainer(tiny_run_config(tmp_path, analysis_every_frames=None), "pretrain", cfg.env, plain).run()
     assert not (plain / "analysis.csv").exists()
     timing = ("fps", "total_time_s")
     assert without(read_csv(plain / "train.csv")[1], *timing) == without(read_csv(straight / "train.csv")[1], *timing)
 
 
 def test_resuming_with_other_analysis_settings_is_refused_with_a_reason(tmp_path):
-    cfg = tiny_config(tmp_path)
+    cfg = tiny_run_config(tmp_path)
     run_dir = tmp_path / "run"
     Trainer(cfg, "pretrain", cfg.env, run_dir).run()
     state = torch.load(run_dir / "checkpoints" / "checkpoint_1000.pt", weights_only=True)
-    for other, reason in [(tiny_config(tmp_path, analysis_every_frames=None), "written with analyses on"),
-                          (tiny_config(tmp_path, coverage_bins=7), "coverage histogram has shape (20, 20)")]:
+    for other, reason in [(tiny_run_config(tmp_path, analysis_every_frames=None), "written with analyses on"),
+                          (tiny_run_config(tmp_path, coverage_bins=7), "coverage histogram has shape (20, 20)")]:
         trainer = Trainer(other, "pretrain", cfg.env, tmp_path / f"other_{other.coverage_bins}")
         with pytest.raises(SnapshotError, match=re.escape(reason)):
             trainer.load_state_dict(state)
@@ -228,7 +229,7 @@ def test_config_checks_analysis_values():
     for key, value in (("analysis_every_frames", 0), ("coverage_bins", 1), ("variance_repeats", 1),
                        ("variance_probes", 0), ("map_samples", 0)):
         with pytest.raises(ConfigError, match=key):
-            validate(tiny_config(".", **{key: value}), "pretrain")
+            validate(tiny_run_config(".", **{key: value}), "pretrain")
 
 
 # -- end to end: a pixel maze run, then protorl-analyze --------------------------------------------------------
@@ -281,6 +282,6 @@ def test_analyze_refuses_a_directory_that_is_not_a_run(tmp_path, capsys):
         analyze([str(tmp_path)])
     assert exit_info.value.code == 2
     assert "protorl: error:" in capsys.readouterr().err and "not a protorl run directory" in str(
-        pytest.raises(NotARunError, analyze_run, tmp_path).value)
-    with pytest.raises(NotARunError, match="not a directory"):
+        pytest.raises(ResultsError, analyze_run, tmp_path).value)
+    with pytest.raises(ResultsError, match="not a directory"):
         analyze_run(tmp_path / "missing")

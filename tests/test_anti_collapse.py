@@ -15,10 +15,11 @@ import torch
 import torch.nn.functional as F
 
 from protorl.agents import ProtoAgent
-from protorl.config import AgentConfig
+from protorl.agents.proto import ProtoConfig
 from protorl.diagnostics import collapse_message, projection_diagnostics, sinkhorn_entropy
 from protorl.proto import ANTI_COLLAPSE, Projector, ProtoHead, knn_reward, sinkhorn
 from protorl.snapshot import SnapshotError, check_architecture
+from tests.agents import update
 from tests.runs import assert_ok, read_csv, run
 
 VARIANTS = [variant for variant in ANTI_COLLAPSE if variant != "none"]
@@ -77,7 +78,7 @@ def test_a_collapsed_encoder_is_reported_whatever_the_anti_collapse_step(variant
     """Every frame encoded alike (up to 1e-4): centring and BatchNorm turn the residual noise into well-spread
     directions, but the shared direction of the linear outputs still sees the collapse, and the run warns."""
     torch.manual_seed(0)
-    agent = state_agent(AgentConfig(anti_collapse=variant, num_prototypes=128, proj_dim=32, hidden_dim=32,
+    agent = state_agent(ProtoConfig(anti_collapse=variant, num_prototypes=128, proj_dim=32, hidden_dim=32,
                                     state_hidden_dim=64))
     features = torch.rand(1, 64).repeat(256, 1) + 1e-4 * torch.randn(256, 64)  # ReLU-like, all >= 0
     linear = agent.head.projector.linear(features)
@@ -148,10 +149,10 @@ def test_unknown_anti_collapse_is_refused():
 # -- the reward: order and space -----------------------------------------------------------------------------
 def mean_reward_of_spread_projections(batch_size: int, before_enqueue: bool, space: str = "sphere") -> float:
     """Mean k-NN reward of well-spread random projections after the queue (M x T = 512 x 4) has filled."""
-    cfg = AgentConfig(num_prototypes=512, proj_dim=128, candidates_per_prototype=4, batch_size=batch_size,
+    cfg = ProtoConfig(num_prototypes=512, proj_dim=128, candidates_per_prototype=4, batch_size=batch_size,
                       reward_before_enqueue=before_enqueue, reward_space=space, hidden_dim=32, state_hidden_dim=32)
     agent = state_agent(cfg)
-    rewards = [agent.intrinsic_reward(torch.randn(batch_size, 128)).mean().item() for _ in range(8)]
+    rewards = [agent.enqueue_and_score(torch.randn(batch_size, 128)).mean().item() for _ in range(8)]
     return float(np.mean(rewards[4:]))
 
 
@@ -167,7 +168,7 @@ def test_reward_before_enqueue_does_not_shrink_with_the_batch_size():
 
 def test_raw_reward_space_is_in_units_of_the_projection_spread():
     """Random projections of any scale: distances between typical points are about sqrt(2) in the raw space."""
-    cfg = AgentConfig(num_prototypes=64, proj_dim=32, candidates_per_prototype=4, batch_size=64, reward_space="raw",
+    cfg = ProtoConfig(num_prototypes=64, proj_dim=32, candidates_per_prototype=4, batch_size=64, reward_space="raw",
                       anti_collapse="center", hidden_dim=32, state_hidden_dim=32)
     agent = state_agent(cfg)
     with torch.no_grad():
@@ -204,11 +205,11 @@ def test_ssl_update_every_2_trains_the_representation_on_even_updates_only(make_
     cfg = make_cfg(ssl_update_every=2, encoder_target_update_every=ema_every)
     torch.manual_seed(0)
     agent = ProtoAgent("pixels", (9, 32, 32), (2,), cfg, torch.device("cpu"), "pretrain")
-    agent.update(replay, 0)  # the online network now differs from the target
+    update(agent, replay, 0)  # the online network now differs from the target
     for step, trains in ((1, False), (2, True), (3, False), (4, True)):
         encoder = [p.detach().clone() for p in agent.encoder.parameters()]
         target = [p.detach().clone() for p in agent.encoder_target.parameters()]
-        metrics = agent.update(replay, step)
+        metrics = update(agent, replay, step)
         changed = not all(torch.equal(a, b) for a, b in zip(encoder, agent.encoder.parameters(), strict=True))
         target_moved = not all(torch.equal(a, b) for a, b in zip(target, agent.encoder_target.parameters(),
                                                                   strict=True))
@@ -236,7 +237,7 @@ def test_rl_side_cannot_steer_the_representation(make_cfg, replay, variant):
             agent.sac.critic_target.load_state_dict(agent.sac.critic.state_dict())
         torch.manual_seed(5)
         twin_replay = copy.deepcopy(replay)
-        metrics = [agent.update(twin_replay, step) for step in range(4)]
+        metrics = [update(agent, twin_replay, step) for step in range(4)]
         tensors = head_tensors(agent)
         for name, module in (("encoder", agent.encoder), ("encoder_target", agent.encoder_target)):
             tensors.update({f"{name}.{k}": v for k, v in module.state_dict().items()})
@@ -252,7 +253,7 @@ def test_rl_side_cannot_steer_the_representation(make_cfg, replay, variant):
 def test_pretraining_moves_the_normalisation_statistics(make_cfg, replay, variant):
     agent = ProtoAgent("pixels", (9, 32, 32), (2,), make_cfg(anti_collapse=variant), torch.device("cpu"), "pretrain")
     before = agent.head.projector.running_mean.clone()
-    agent.update(replay, 0)
+    update(agent, replay, 0)
     assert not torch.equal(before, agent.head.projector.running_mean)
     assert int(agent.head.projector.batches_seen) == 1
 
@@ -265,14 +266,14 @@ def test_downstream_representation_is_frozen_statistics_included(make_cfg, repla
     torch.manual_seed(0)
     pretrained = ProtoAgent("pixels", (9, 32, 32), (2,), cfg, torch.device("cpu"), "pretrain")
     for step in range(3):
-        pretrained.update(replay, step)
+        update(pretrained, replay, step)
     state = copy.deepcopy(pretrained.representation_state())
-    agent = ProtoAgent("pixels", (9, 32, 32), (2,), cfg, torch.device("cpu"), "finetune")
+    agent = ProtoAgent("pixels", (9, 32, 32), (2,), cfg, torch.device("cpu"), "frozen")
     agent.load_pretrained(state)
     frozen = head_tensors(agent)
     queue = agent.queue.items.clone()
     for step in range(3):
-        agent.update(replay, step)
+        update(agent, replay, step)
     agent.act(replay.sample(1).obs[0].numpy(), sample=True)
     after = head_tensors(agent)
     assert all(torch.equal(frozen[k], after[k]) for k in frozen), [k for k in frozen if not torch.equal(frozen[k],
@@ -293,7 +294,7 @@ def test_snapshot_of_another_variant_is_refused(make_cfg):
 def test_state_of_a_variant_does_not_load_into_the_paper_head(make_cfg):
     """The statistics are part of the state: a centred head's state is not silently dropped by a plain one."""
     centred = ProtoAgent("states", (4,), (2,), make_cfg(anti_collapse="center"), torch.device("cpu"), "pretrain")
-    plain = ProtoAgent("states", (4,), (2,), make_cfg(anti_collapse="none"), torch.device("cpu"), "finetune")
+    plain = ProtoAgent("states", (4,), (2,), make_cfg(anti_collapse="none"), torch.device("cpu"), "frozen")
     with pytest.raises(RuntimeError, match="running_mean"):
         plain.load_pretrained(centred.representation_state())
 

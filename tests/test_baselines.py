@@ -19,19 +19,18 @@ import torch.nn.functional as F
 from protorl.agents import AGENTS, APTAgent, DrQAgent, ICMAgent, ProtoAgent, RandomAgent, make_agent
 from protorl.agents.apt import nt_xent_loss, particle_entropy_reward
 from protorl.agents.icm import RunningMeanStd, normalized_curiosity
-from protorl.config import AgentConfig
+from protorl.config import AgentConfig, ConfigError
 from protorl.snapshot import load_snapshot
-from tests.conftest import PIXEL_OBS_SHAPE, POINT_MASS_ACTION_SHAPE
-from tests.runs import TINY, assert_ok, assert_user_error, read_csv, run
+from tests.agents import PIXEL_OBS_SHAPE, POINT_MASS_ACTION_SHAPE, tiny_config, update
+from tests.runs import TINY_SHARED, assert_ok, tiny_agent, assert_user_error, read_csv, run
 
 CPU = torch.device("cpu")
 
 
-def build(name: str, cfg, phase: str, train_representation: bool | None = None, seed: int = 0):
+def build(name: str, mode: str, seed: int = 0):
+    """Agent `name` at the tiny sizes, through the registry as the trainer builds it."""
     torch.manual_seed(seed)
-    cfg = copy.deepcopy(cfg)
-    cfg.name = name
-    return make_agent("pixels", PIXEL_OBS_SHAPE, POINT_MASS_ACTION_SHAPE, cfg, CPU, phase, train_representation)
+    return make_agent(tiny_config(name), "pixels", PIXEL_OBS_SHAPE, POINT_MASS_ACTION_SHAPE, CPU, mode)
 
 
 def params(module: torch.nn.Module) -> dict[str, torch.Tensor]:
@@ -45,15 +44,14 @@ def moved(before: dict[str, torch.Tensor], module: torch.nn.Module) -> dict[str,
 
 def groups(agent) -> dict[str, torch.nn.Module]:
     out = {"encoder": agent.encoder, "critic": agent.sac.critic, "actor": agent.sac.actor}
-    out.update({name: module for name, module in agent.representation_modules().items()
-                if isinstance(module, torch.nn.Module) and name != "encoder"})
+    out.update({name: module for name, module in agent.representation_modules().items() if name != "encoder"})
     return out
 
 
 def one_update(agent, replay, step: int = 0) -> dict[str, dict[str, bool]]:
     """Run one update (step 0 also updates the actor); which parameters of each group moved."""
     before = {name: params(module) for name, module in groups(agent).items()}
-    agent.update(replay, step)
+    update(agent, replay, step)
     return {name: moved(before[name], module) for name, module in groups(agent).items()}
 
 
@@ -65,8 +63,8 @@ def one_update(agent, replay, step: int = 0) -> dict[str, dict[str, bool]]:
     ("icm", {"encoder", "critic", "actor", "icm"}),
     ("apt", {"encoder", "critic", "actor", "projector"}),
 ])
-def test_pretrain_update_moves_exactly_its_learners(name, learners, tiny_cfg, random_replay):
-    agent = build(name, tiny_cfg, "pretrain")
+def test_pretrain_update_moves_exactly_its_learners(name, learners, random_replay):
+    agent = build(name, "pretrain")
     changed = one_update(agent, random_replay)
     assert set(changed) >= learners
     for group, flags in changed.items():
@@ -76,22 +74,22 @@ def test_pretrain_update_moves_exactly_its_learners(name, learners, tiny_cfg, ra
             assert not any(flags.values()), (group, [k for k, v in flags.items() if v])
 
 
-def test_icm_update_moves_projection_and_both_dynamics_models(tiny_cfg, random_replay):
-    agent = build("icm", tiny_cfg, "pretrain")
+def test_icm_update_moves_projection_and_both_dynamics_models(random_replay):
+    agent = build("icm", "pretrain")
     before = {part: params(getattr(agent.icm, part)) for part in ("projection", "forward_model", "inverse_model")}
-    agent.update(random_replay, 0)
+    update(agent, random_replay, 0)
     for part, old in before.items():
         assert all(moved(old, getattr(agent.icm, part)).values()), part
 
 
 @pytest.mark.parametrize("name", ["random", "icm", "apt"])
-def test_downstream_representation_is_frozen(name, tiny_cfg, random_replay):
-    pretrained = build(name, tiny_cfg, "pretrain")
+def test_downstream_representation_is_frozen(name, random_replay):
+    pretrained = build(name, "pretrain")
     for step in range(2):
-        pretrained.update(random_replay, step)
-    agent = build(name, tiny_cfg, "finetune", train_representation=False, seed=1)
+        update(pretrained, random_replay, step)
+    agent = build(name, "frozen", seed=1)
     agent.load_pretrained(copy.deepcopy(pretrained.representation_state()))
-    assert not agent.train_representation and "optimizers" not in agent.state_dict()
+    assert not agent.trains_representation and "optimizers" not in agent.state_dict()
     changed = {}
     for step in range(3):
         changed = one_update(agent, random_replay, step)
@@ -106,42 +104,44 @@ def test_downstream_representation_is_frozen(name, tiny_cfg, random_replay):
     assert not torch.equal(agent.sac.actor.trunk[0].weight, pretrained.sac.actor.trunk[0].weight)
 
 
-def test_drq_critic_trains_the_encoder(tiny_cfg, random_replay):
-    agent = build("drq", tiny_cfg, "finetune")
-    assert agent.train_representation
+def test_drq_critic_trains_the_encoder(random_replay):
+    agent = build("drq", "online")
+    assert agent.trains_representation
     changed = one_update(agent, random_replay)
     assert all(changed["encoder"].values()) and all(changed["critic"].values()) and all(changed["actor"].values())
     # the actor's loss does not reach the encoder: with the critic's learning rate at 0, the encoder stays put
-    agent = build("drq", tiny_cfg, "finetune")
+    agent = build("drq", "online")
     for group in agent.sac.critic_optimizer.param_groups + agent.encoder_optimizer.param_groups:
         group["lr"] = 0.0
     changed = one_update(agent, random_replay)
     assert not any(changed["encoder"].values()) and all(changed["actor"].values())
 
 
-def test_drq_has_no_pretraining_phase(tiny_cfg):
-    with pytest.raises(ValueError, match="no task-agnostic pre-training"):
-        build("drq", tiny_cfg, "pretrain")
+def test_drq_has_no_pretraining_phase():
+    assert not DrQAgent.supports("pretrain")
+    with pytest.raises(ValueError, match="no 'pretrain' update"):
+        build("drq", "pretrain")
 
 
 @pytest.mark.parametrize("name", ["random", "icm", "apt"])
-def test_pretrained_baselines_cannot_learn_online(name, tiny_cfg):
-    with pytest.raises(ValueError, match="fine-tune it from a pre-training snapshot"):
-        build(name, tiny_cfg, "finetune", train_representation=True)
+def test_pretrained_baselines_cannot_learn_online(name):
+    assert not AGENTS[name].supports("online")
+    with pytest.raises(ValueError, match="no 'online' update"):
+        build(name, "online")
 
 
-def test_proto_without_pretraining_learns_representation_from_task_reward(tiny_cfg, random_replay):
+def test_proto_without_pretraining_learns_representation_from_task_reward(random_replay):
     """Figure 14: SSL trains the representation while SAC learns from r + alpha * r_intr."""
-    agent = build("proto", tiny_cfg, "finetune", train_representation=True)
-    metrics = agent.update(random_replay, 0)
+    agent = build("proto", "online")
+    metrics = update(agent, random_replay, 0)
     assert {"repr_loss", "extr_reward_mean", "intr_reward_mean"} <= set(metrics)
     before = params(agent.encoder)
-    agent.update(random_replay, 1)
+    update(agent, random_replay, 1)
     assert all(moved(before, agent.encoder).values())
 
 
-def test_random_agent_explores_uniformly(tiny_cfg):
-    agent = build("random", tiny_cfg, "pretrain")
+def test_random_agent_explores_uniformly():
+    agent = build("random", "pretrain")
     obs = np.zeros(PIXEL_OBS_SHAPE, dtype=np.uint8)
     actions = np.stack([agent.act(obs, sample=True) for _ in range(4000)])
     assert actions.shape == (4000, 2) and actions.min() >= -1 and actions.max() <= 1
@@ -169,14 +169,14 @@ def test_icm_reward_normalisation_matches_hand_computation():
         assert stats.mean.item() == pytest.approx(sum(seen) / len(seen))
 
 
-def test_icm_errors_are_half_squared_prediction_errors(tiny_cfg):
-    agent = build("icm", tiny_cfg, "pretrain")
+def test_icm_errors_are_half_squared_prediction_errors():
+    agent = build("icm", "pretrain")
     icm = agent.icm
     features, next_features = torch.randn(5, agent.encoder.repr_dim), torch.randn(5, agent.encoder.repr_dim)
     action = torch.rand(5, 2) * 2 - 1
     forward_error, inverse_error = icm.errors(features, action, next_features)
     phi, next_phi = icm.projection(features), icm.projection(next_features)
-    assert phi.shape == (5, tiny_cfg.icm_proj_dim)
+    assert phi.shape == (5, agent.cfg.proj_dim)
     for i in range(5):
         predicted = icm.forward_model(torch.cat([phi[i], action[i]]))
         expected = 0.5 * ((predicted - next_phi[i]) ** 2).sum().item()
@@ -187,7 +187,7 @@ def test_icm_errors_are_half_squared_prediction_errors(tiny_cfg):
 
 
 def test_icm_dynamics_models_are_two_layer_mlps_with_1024_units():
-    agent = make_agent("states", (4,), (2,), AgentConfig(name="icm"), CPU, "pretrain")
+    agent = make_agent(AgentConfig(name="icm"), "states", (4,), (2,), CPU, "pretrain")  # ICMConfig's defaults
     for model in (agent.icm.forward_model, agent.icm.inverse_model):
         linears = [m for m in model.modules() if isinstance(m, torch.nn.Linear)]
         assert [layer.out_features for layer in linears][:-1] == [1024] and len(linears) == 2
@@ -227,7 +227,7 @@ def test_nt_xent_matches_its_definition():
     assert nt_xent_loss(z1, z1, tau) < nt_xent_loss(z1, z2, tau)
 
 
-def test_every_method_is_selectable_by_name(tiny_cfg):
+def test_every_method_is_selectable_by_name():
     """Each of the paper's methods has a config group option (`agent=NAME`) whose `agent.name` makes
     `make_agent` build that method's class; every option names a registered agent; an unknown name is refused
     listing the valid ones."""
@@ -244,22 +244,22 @@ def test_every_method_is_selectable_by_name(tiny_cfg):
     for name in methods:
         assert names[name] == name  # `agent=NAME` selects the method called NAME
     for name, cls in methods.items():
-        assert type(build(name, tiny_cfg, "finetune" if name == "drq" else "pretrain")) is cls, name
-    with pytest.raises(ValueError, match="unknown agent 'bogus'; valid agents: proto, random, icm, apt, drq"):
-        build("bogus", tiny_cfg, "pretrain")
+        assert type(build(name, "online" if name == "drq" else "pretrain")) is cls, name
+    with pytest.raises(ConfigError, match="agent='bogus': expected one of proto, random, icm, apt, drq"):
+        make_agent(AgentConfig(name="bogus"), "pixels", PIXEL_OBS_SHAPE, POINT_MASS_ACTION_SHAPE, CPU, "pretrain")
 
 
 # -- end to end through the command line, on a real task --------------------------------------------------
 
-STATES = ["preset=small", *TINY, "obs=states", "env=point_mass_maze_reach_center",
+STATES = ["preset=small", *TINY_SHARED, "obs=states", "env=point_mass_maze_reach_center",
           "pretrain_env=point_mass_maze_explore", "pretrain_frames=1000", "finetune_frames=1000",
-          "snapshot_at_frames=[]", "agent.apt_knn_k=3", "agent.icm_hidden_dim=32"]
+          "snapshot_at_frames=[]"]
 
 
 @pytest.mark.parametrize("name", ["random", "icm", "apt"])
 def test_baseline_pretrain_snapshot_finetune(name, tmp_path: Path):
     run_dir = tmp_path / name
-    assert_ok(run("train", *STATES, f"agent={name}", run_dir=run_dir))
+    assert_ok(run("train", *STATES, *tiny_agent(name), run_dir=run_dir))
     snapshot = run_dir / "pretrain" / "snapshots" / "snapshot_1000.pt"
     payload = load_snapshot(snapshot)
     assert payload["config"]["agent"]["name"] == name
@@ -269,7 +269,7 @@ def test_baseline_pretrain_snapshot_finetune(name, tmp_path: Path):
     assert len(train_rows) == 1  # one 1000-frame episode
     # the same snapshot fine-tunes on another task of the domain through protorl-finetune
     other = tmp_path / f"{name}_other"
-    assert_ok(run("finetune", *STATES, f"agent={name}", "env=point_mass_maze_reach_top_right",
+    assert_ok(run("finetune", *STATES, *tiny_agent(name), "env=point_mass_maze_reach_top_right",
                   f"snapshot={snapshot}", run_dir=other))
     assert (other / "finetune" / "result.json").exists()
 
@@ -277,7 +277,7 @@ def test_baseline_pretrain_snapshot_finetune(name, tmp_path: Path):
 @pytest.mark.parametrize(("name", "extra"), [("drq", "pretrain_frames=1000"), ("proto", "pretrain_frames=0")])
 def test_training_without_pretraining(name, extra, tmp_path: Path):
     run_dir = tmp_path / name
-    result = run("train", *STATES, f"agent={name}", extra, run_dir=run_dir)
+    result = run("train", *STATES, *tiny_agent(name), extra, run_dir=run_dir)
     assert_ok(result)
     assert not (run_dir / "pretrain").exists()
     _, rows = read_csv(run_dir / "finetune" / "eval.csv")
@@ -286,16 +286,16 @@ def test_training_without_pretraining(name, extra, tmp_path: Path):
 
 def test_snapshot_of_another_agent_is_refused(tmp_path: Path):
     run_dir = tmp_path / "icm"
-    assert_ok(run("pretrain", *STATES, "agent=icm", run_dir=run_dir))
+    assert_ok(run("pretrain", *STATES, *tiny_agent("icm"), run_dir=run_dir))
     snapshot = run_dir / "pretrain" / "snapshots" / "snapshot_1000.pt"
-    result = run("finetune", *STATES, "agent=proto", f"snapshot={snapshot}", run_dir=tmp_path / "proto")
-    assert_user_error(result, "agent.name='icm' in the snapshot, 'proto' here")
+    result = run("finetune", *STATES, *tiny_agent("proto"), f"snapshot={snapshot}", run_dir=tmp_path / "proto")
+    assert_user_error(result, "pre-trained by agent 'icm', not 'proto'")
 
 
 @pytest.mark.parametrize(("command", "overrides", "fragment"), [
     ("train", ["agent=bogus"], "Available options in 'agent'"),
     ("pretrain", ["agent=drq"], "DrQ learns from the task reward only"),
-    ("train", ["agent=icm", "pretrain_frames=0"], "learns its representation only in pre-training"),
+    ("train", [*tiny_agent("icm"), "pretrain_frames=0"], "learns its representation only in pre-training"),
 ])
 def test_agent_config_errors(command, overrides, fragment, tmp_path: Path):
     result = run(command, *STATES, *overrides, run_dir=tmp_path / "run")
@@ -303,20 +303,20 @@ def test_agent_config_errors(command, overrides, fragment, tmp_path: Path):
     assert not (tmp_path / "run").exists()
 
 
-@pytest.mark.parametrize(("name", "phase"), [("random", "pretrain"), ("icm", "pretrain"), ("apt", "pretrain"),
-                                             ("drq", "finetune"), ("proto", "finetune")])
-def test_checkpoint_state_resumes_every_agent_exactly(name, phase, tiny_cfg, random_replay):
+@pytest.mark.parametrize(("name", "mode"), [("random", "pretrain"), ("icm", "pretrain"), ("apt", "pretrain"),
+                                            ("drq", "online"), ("proto", "online")])
+def test_checkpoint_state_resumes_every_agent_exactly(name, mode, random_replay):
     """state_dict -> fresh agent -> load_state_dict: the next updates are bitwise those of the original."""
-    agent = build(name, tiny_cfg, phase, train_representation=True)
+    agent = build(name, mode)
     for step in range(3):
-        agent.update(random_replay, step)
-    restored = build(name, tiny_cfg, phase, train_representation=True, seed=99)
+        update(agent, random_replay, step)
+    restored = build(name, mode, seed=99)
     restored.load_state_dict(copy.deepcopy(agent.state_dict()))
     replays = [copy.deepcopy(random_replay), copy.deepcopy(random_replay)]
     results = []
     for twin, replay in zip((agent, restored), replays, strict=True):
         torch.manual_seed(5)
-        results.append([twin.update(replay, step) for step in range(3, 6)])
+        results.append([update(twin, replay, step) for step in range(3, 6)])
     assert results[0] == results[1]
     for key, value in agent.state_dict()["encoder"].items():
         assert torch.equal(restored.state_dict()["encoder"][key], value), key

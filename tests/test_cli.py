@@ -10,9 +10,12 @@ import pytest
 import torch
 from omegaconf import OmegaConf
 
-from protorl.logger import EVAL_COLUMNS, TRAIN_COLUMNS
+from protorl.agents import ProtoAgent
+from protorl.logger import EPISODE_COLUMNS, EVAL_COLUMNS
 from protorl.snapshot import load_snapshot
 from tests.runs import TINY, assert_finite_floats, assert_ok, assert_user_error, read_csv, read_rows, run
+
+TRAIN_COLUMNS = [*EPISODE_COLUMNS, *ProtoAgent.metric_names()]  # the episode, then every metric Proto-RL logs
 
 
 @pytest.fixture(scope="module")

@@ -7,14 +7,16 @@ import dataclasses
 import pytest
 import torch
 
+from protorl.agents.proto import ProtoConfig
 from protorl.config import AgentConfig, Config, ConfigError
 from protorl.validate import validate
+from tests.agents import update
 
 # -- validation --------------------------------------------------------------------------------------
 
 
 def make_config(agent: dict | None = None, **top) -> Config:
-    return Config(agent=AgentConfig(**(agent or {})), **top)
+    return Config(agent=ProtoConfig(**(agent or {})), **top)
 
 
 def test_defaults_are_valid():
@@ -103,7 +105,7 @@ def test_every_accepted_knn_k_survives_the_first_update(make_cfg, replay):
             continue
         accepted.append(knn_k)
         agent = ProtoAgent("pixels", (9, 32, 32), (2,), agent_cfg, torch.device("cpu"), "pretrain")
-        agent.update(replay, 0)
+        update(agent, replay, 0)
     assert accepted == [1, 2]
 
 
@@ -128,7 +130,7 @@ PAPER_RUN = {
 
 
 def test_schema_defaults_match_paper_table():
-    config = Config()
+    config = Config(agent=ProtoConfig())
     for key, value in PAPER_AGENT.items():
         assert getattr(config.agent, key) == value, key
         assert type(getattr(config.agent, key)) is type(value), key
@@ -161,8 +163,11 @@ def test_configs_do_not_share_mutable_defaults():
     assert Config().finetune_envs == [] and Config().agent.lr == PAPER_AGENT["lr"]
 
 
-def test_agent_config_is_a_plain_dataclass():
-    assert {f.name for f in dataclasses.fields(AgentConfig)} >= set(PAPER_AGENT)
+def test_agent_configs_are_plain_dataclasses():
+    """Proto-RL's config holds every value of the paper's table; the shared part is the base class's."""
+    assert {f.name for f in dataclasses.fields(ProtoConfig)} >= set(PAPER_AGENT)
+    assert issubclass(ProtoConfig, AgentConfig) and "num_prototypes" not in {f.name for f in
+                                                                             dataclasses.fields(AgentConfig)}
 
 
 @pytest.mark.parametrize(("config_name", "paper_scale"), [("pretrain", True), ("finetune", True), ("train", False)])

@@ -17,6 +17,7 @@ import torch.nn.functional as F
 
 from protorl.proto import CandidateQueue, knn_reward, sample_candidates, sinkhorn
 from protorl.replay import ReplayBuffer
+from tests.agents import update
 
 INF = float("inf")
 
@@ -272,14 +273,14 @@ def black_replay(random_replay) -> ReplayBuffer:
     return random_replay
 
 
-@pytest.mark.parametrize("phase", ["pretrain", "finetune"])
+@pytest.mark.parametrize("phase", ["pretrain", "frozen"])
 def test_update_on_a_black_screen_is_finite(build_agent, black_replay, phase):
     """All-zero frames give all-zero conv features (biases start at 0), identical projections and
     a zero-variance LayerNorm input in the SAC trunks: every metric and parameter must stay finite."""
     agent = build_agent(phase, seed=0)
     metrics = {}
     for step in range(4):  # steps 0 and 2 also update the actor and temperature
-        step_metrics = agent.update(black_replay, step)
+        step_metrics = update(agent, black_replay, step)
         bad = {k: v for k, v in step_metrics.items() if not np.isfinite(v)}
         assert not bad, f"step {step}: {bad}"
         metrics.update(step_metrics)
@@ -296,6 +297,6 @@ def test_update_on_a_black_screen_is_finite(build_agent, black_replay, phase):
 
 def test_update_metrics_finite_with_batch_size_one(build_agent, make_cfg, random_replay):
     agent = build_agent("pretrain", cfg=make_cfg(batch_size=1), seed=0)
-    metrics = agent.update(random_replay, 0)
+    metrics = update(agent, random_replay, 0)
     bad = {k: v for k, v in metrics.items() if not np.isfinite(v)}
     assert not bad

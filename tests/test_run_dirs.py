@@ -128,7 +128,7 @@ def test_logs_shorter_than_the_checkpoint_says_are_not_padded(tmp_path):
     instead of extending it with zero bytes."""
     from protorl.logger import Logger
 
-    logger = Logger(tmp_path, tensorboard=True)
+    logger = Logger(tmp_path, (), tensorboard=True)
     for frames in (1000, 2000):
         logger.log_train({"frames": frames, "episode": frames // 1000})
     state = logger.state_dict(2000)
@@ -136,7 +136,7 @@ def test_logs_shorter_than_the_checkpoint_says_are_not_padded(tmp_path):
     train_csv = tmp_path / "train.csv"
     kept = train_csv.read_bytes()[: state["train_csv"] - 10]
     train_csv.write_bytes(kept)
-    resumed = Logger(tmp_path, tensorboard=True)
+    resumed = Logger(tmp_path, (), tensorboard=True)
     resumed.load_state_dict(state)
     resumed.close()
     assert train_csv.read_bytes() == kept and b"\x00" not in train_csv.read_bytes()

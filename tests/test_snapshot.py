@@ -10,12 +10,13 @@ import pytest
 import torch
 
 from protorl.snapshot import FORMAT_VERSION, SnapshotError, load_snapshot, save_snapshot
+from tests.agents import update
 
 
 @pytest.fixture
 def agent_state(build_agent, replay):
     agent = build_agent("pretrain", seed=0)
-    agent.update(replay, 0)
+    update(agent, replay, 0)
     return agent.representation_state()
 
 
@@ -50,7 +51,7 @@ def test_round_trip(saved, build_agent):
     _assert_state_equal(agent_state, payload["agent"], "agent")
     # loading without a spec check works as well, and the state fits a fresh fine-tune agent
     payload = load_snapshot(str(path))
-    agent = build_agent("finetune", seed=4)
+    agent = build_agent("frozen", seed=4)
     agent.load_pretrained(payload["agent"])
     _assert_state_equal(agent_state["encoder"], agent.encoder.state_dict(), "encoder")
     _assert_state_equal(agent_state["queue"], agent.queue.state_dict(), "queue")

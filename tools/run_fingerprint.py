@@ -1,12 +1,14 @@
 """Fingerprint tiny same-seed runs of every agent: what "behaviour unchanged" is checked against.
 
 Runs `protorl-train` for each agent at a tiny size from pixels (pre-training and fine-tuning; DrQ online)
-and prints, as JSON, a SHA-256 of every CSV row but its timing columns and of every tensor in the snapshots
+and prints, as JSON, a SHA-256 of every CSV row (its values but the timings and the empty ones) and of every tensor in the snapshots
 and checkpoints the runs wrote. Two commits give the same JSON when their runs are the same bit for bit:
 
     python tools/run_fingerprint.py > before.json      # on the old commit
     python tools/run_fingerprint.py > after.json       # on the new one
     diff before.json after.json
+
+The code's package is the one Python imports: set PYTHONPATH to a checkout of another commit to run that one.
 """
 
 from __future__ import annotations
@@ -36,7 +38,7 @@ RUNS = {  # name -> overrides of protorl-train
                     "analysis_every_frames=null"],
     "random": ["agent=random", "pretrain_frames=2000", "finetune_frames=2000", "analysis_every_frames=null"],
     "icm": ["agent=icm", "pretrain_frames=2000", "finetune_frames=2000", "analysis_every_frames=null"],
-    "apt": ["agent=apt", "agent.apt_knn_k=3", "pretrain_frames=2000", "finetune_frames=2000", "analysis_every_frames=1000"],
+    "apt": ["agent=apt", "agent.knn_k=3", "pretrain_frames=2000", "finetune_frames=2000", "analysis_every_frames=1000"],
     "drq": ["agent=drq", "pretrain_frames=0", "finetune_frames=2000", "analysis_every_frames=null"],
 }
 TIMING_COLUMNS = {"fps", "total_time_s", "analysis/time_s"}
@@ -48,7 +50,7 @@ def digest(data: bytes) -> str:
 
 def csv_digest(path: Path) -> str:
     with path.open(newline="") as file:
-        rows = [{k: v for k, v in row.items() if k not in TIMING_COLUMNS} for row in csv.DictReader(file)]
+        rows = [{k: v for k, v in row.items() if k not in TIMING_COLUMNS and v != ""} for row in csv.DictReader(file)]
     return digest(json.dumps(rows, sort_keys=True).encode())
 
 

@@ -9,16 +9,38 @@ the frozen encoder (the paper freezes APT's encoder for a fair comparison, appen
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import torch
 import torch.nn.functional as F
 from torch import nn
 
-from protorl.agents.base import Agent
-from protorl.diagnostics import projection_diagnostics
+from protorl.agents.base import Agent, optimizer_step, reward_metrics
+from protorl.config import AgentConfig, invalid, positive
+from protorl.diagnostics import PROJECTION_METRICS, projection_diagnostics
 from protorl.networks import orthogonal_init
 from protorl.proto import nearest_distances
-from protorl.replay import ReplayBuffer
+from protorl.replay import Batch
 from protorl.utils import make_adam
+
+
+@dataclass
+class APTConfig(AgentConfig):
+    """APT's own constants."""
+
+    name: str = "apt"
+    proj_dim: int = 128  # contrastive projection head: Linear -> ReLU -> Linear
+    contrastive_temperature: float = 0.5  # NT-Xent temperature (SimCLR's default)
+    knn_k: int = 12  # neighbours averaged in the particle-based reward, within the batch
+
+    def check(self) -> None:
+        super().check()
+        positive("agent", self, "proj_dim", "knn_k")
+        if self.knn_k >= self.batch_size:
+            raise invalid("agent.knn_k", self.knn_k, f"less than agent.batch_size={self.batch_size} "
+                          "(the neighbours come from the same batch)")
+        if not self.contrastive_temperature > 0:
+            raise invalid("agent.contrastive_temperature", self.contrastive_temperature, "a positive number")
 
 
 def nt_xent_loss(z1: torch.Tensor, z2: torch.Tensor, temperature: float) -> torch.Tensor:
@@ -39,11 +61,14 @@ def particle_entropy_reward(z: torch.Tensor, k: int) -> torch.Tensor:
 
 class APTAgent(Agent):
     name = "apt"
+    config_class = APTConfig
+    metrics = ("repr_loss", "intr_reward_mean", "intr_reward_std", *PROJECTION_METRICS)
+    architecture_keys = ("proj_dim",)
 
     def build(self) -> None:
         cfg = self.cfg
-        self.projector = nn.Sequential(nn.Linear(self.encoder.repr_dim, cfg.apt_proj_dim), nn.ReLU(),
-                                       nn.Linear(cfg.apt_proj_dim, cfg.apt_proj_dim)).to(self.device)
+        self.projector = nn.Sequential(nn.Linear(self.encoder.repr_dim, cfg.proj_dim), nn.ReLU(),
+                                       nn.Linear(cfg.proj_dim, cfg.proj_dim)).to(self.device)
         self.projector.apply(orthogonal_init)
         self.repr_optimizer = make_adam([*self.encoder.parameters(), *self.projector.parameters()], cfg.lr)
 
@@ -57,25 +82,20 @@ class APTAgent(Agent):
         """(B, repr) -> L2-normalised projections (B, D): the space of the contrastive loss and the reward."""
         return F.normalize(self.projector(features), dim=1)
 
-    def update(self, replay: ReplayBuffer, step: int) -> dict[str, float]:
-        """Pre-training needs two views of x_t; every other update is the shared one."""
-        if self.phase != "pretrain":
-            return super().update(replay, step)
-        batch = replay.sample(self.cfg.batch_size, self.device)
+    def update_pretrain(self, batch: Batch, step: int) -> dict[str, float]:
+        """Two views of x_t for the contrastive loss, one of x_{t+1} for the reward."""
         view, other_view = self.augment(batch.obs), self.augment(batch.obs)
         next_obs = self.augment(batch.next_obs)
         with torch.no_grad():
             next_features = self.encoder(next_obs)  # (B, R)
             next_raw = self.projector(next_features)  # (B, D), before L2 normalisation
-            intr_reward = particle_entropy_reward(F.normalize(next_raw, dim=1), self.cfg.apt_knn_k)  # (B, 1)
+            intr_reward = particle_entropy_reward(F.normalize(next_raw, dim=1), self.cfg.knn_k)  # (B, 1)
         features, other_features = self.encoder(torch.cat([view, other_view])).chunk(2)  # (B, R) each
         contrastive_loss = nt_xent_loss(self.project(features), self.project(other_features),
-                                        self.cfg.apt_temperature)
-        self.repr_optimizer.zero_grad(set_to_none=True)
-        contrastive_loss.backward()
-        self.repr_optimizer.step()
+                                        self.cfg.contrastive_temperature)
+        optimizer_step(contrastive_loss, self.repr_optimizer)
 
         metrics = self.sac.update(features.detach(), batch.action, intr_reward, batch.discount, next_features, step)
-        metrics.update(repr_loss=contrastive_loss.item(), intr_reward_mean=intr_reward.mean().item(),
-                       intr_reward_std=intr_reward.std(correction=0).item(), **projection_diagnostics(next_raw))
+        metrics.update(repr_loss=contrastive_loss.item(), **reward_metrics("intr_reward", intr_reward),
+                       **projection_diagnostics(next_raw))
         return metrics

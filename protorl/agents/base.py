@@ -1,160 +1,191 @@
-"""What every agent shares: an encoder, the SAC core, acting, augmentation, the update's dispatch and persistence.
+"""What every agent shares: an encoder, the SAC core, acting, augmentation, the update of its mode and persistence.
 
-An agent runs in one of two phases (appendix C.5):
-- "pretrain": task-agnostic. The representation learns by the agent's own rule; SAC learns from an
-  intrinsic reward (the environment's reward is never read).
-- "finetune": the task reward. With `train_representation=False` (downstream from a snapshot) the
-  representation is frozen and only a SAC agent learns on its features; with `train_representation=True`
-  (no pre-training: DrQ, figure 14) the representation keeps learning by the agent's rule.
-
-Subclasses say which modules form the representation (`representation_modules`) and implement the
-updates they support; everything else lives here, once.
+An agent is built for one mode, and `update(batch, step)` is that mode's update, chosen once at construction:
+- "pretrain" (`update_pretrain`): task-agnostic. The representation learns by the agent's own rule; SAC learns
+  from an intrinsic reward (the environment's reward is never read).
+- "frozen" (`update_frozen`): downstream from a snapshot (appendix C.4-C.6). The representation is frozen and
+  a SAC agent learns on its features from the task reward.
+- "online" (`update_online`): downstream without pre-training (DrQ; Proto-RL in figure 14). The representation
+  keeps learning by the agent's rule, from the task reward.
+An agent supports a mode when it defines that mode's method; every agent has "frozen". A new agent subclasses
+`Agent`, adds its modules in `build`, defines its updates from the helpers below, and declares its config
+class, its metrics and the config keys that fix its snapshot's networks.
 """
 
 from __future__ import annotations
+
+from typing import Any
 
 import numpy as np
 import torch
 from torch import nn
 
-from protorl.agents.sac import SAC
+from protorl.agents.sac import SAC, SAC_METRICS
 from protorl.augment import random_shift
 from protorl.config import AgentConfig
+from protorl.diagnostics import collapse_message
 from protorl.networks import make_encoder
-from protorl.replay import ReplayBuffer
+from protorl.replay import Batch
 
-PHASES = ("pretrain", "finetune")
+MODES = ("pretrain", "frozen", "online")
 
 
 class Agent:
-    """Base class: subclasses add modules in `build` and override `update_pretrain` / `update_online`."""
+    """Base class: subclasses add modules in `build` and define `update_pretrain` / `update_online`."""
 
     name = "base"
-    pretrains = True  # has a task-agnostic phase
-    learns_online = False  # can learn its representation from the task reward (no pre-training)
+    config_class: type[AgentConfig] = AgentConfig
+    metrics: tuple[str, ...] = ()  # train.csv columns of its updates beyond SAC's
+    architecture_keys: tuple[str, ...] = ()  # its config keys that fix its snapshot's networks, beyond SAC's
     loads_pretrained_actor = False  # downstream starts from the exploration actor (Proto-RL, appendix C.6)
 
     def __init__(self, obs_type: str, obs_shape: tuple[int, ...], action_shape: tuple[int, ...],
-                 cfg: AgentConfig, device: torch.device, phase: str = "pretrain",
-                 train_representation: bool | None = None):
-        if phase not in PHASES:
-            raise ValueError(f"phase must be one of {PHASES}, got {phase!r}")
-        self.cfg, self.device, self.phase, self.obs_type = cfg, device, phase, obs_type
+                 cfg: AgentConfig, device: torch.device, mode: str = "pretrain"):
+        if mode not in MODES:
+            raise ValueError(f"mode must be one of {MODES}, got {mode!r}")
+        if not self.supports(mode):
+            raise ValueError(f"agent {self.name!r} has no {mode!r} update")
+        self.cfg, self.device, self.mode, self.obs_type = cfg, device, mode, obs_type
         self.action_shape = action_shape
-        if train_representation is None:  # learnt in pre-training; downstream frozen, unless nothing pre-trains it
-            train_representation = phase == "pretrain" or not self.pretrains
-        self.train_representation = train_representation
-        if phase == "pretrain" and not self.pretrains:
-            raise ValueError(f"agent {self.name!r} has no task-agnostic pre-training phase")
-        if phase == "finetune" and self.train_representation and not self.learns_online:
-            raise ValueError(f"agent {self.name!r} cannot learn its representation from the task reward: "
-                             "fine-tune it from a pre-training snapshot")
         self.encoder = make_encoder(obs_type, obs_shape, cfg.state_hidden_dim).to(device)
         self.sac = SAC(self.encoder.repr_dim, action_shape[0], cfg, device)
         self.build()
-        if not self.train_representation:
+        self._update = getattr(self, f"update_{mode}")
+        if mode == "frozen":
             self.freeze_representation()
+
+    @classmethod
+    def supports(cls, mode: str) -> bool:
+        """Whether the agent has an update for `mode` (one of `MODES`)."""
+        return hasattr(cls, f"update_{mode}")
+
+    @classmethod
+    def metric_names(cls) -> tuple[str, ...]:
+        """Every metric its updates can return: SAC's, the task reward's mean, and the agent's own."""
+        return tuple(dict.fromkeys((*SAC_METRICS, "extr_reward_mean", *cls.metrics)))
+
+    @property
+    def trains_representation(self) -> bool:
+        return self.mode != "frozen"
 
     # -- what the subclass defines ----------------------------------------------------------------------
     def build(self) -> None:
         """Create the agent's own modules and optimisers; `self.encoder` and `self.sac` exist already."""
 
     def representation_modules(self) -> dict[str, nn.Module]:
-        """The networks a snapshot carries and downstream freezes (state_dict-able objects)."""
+        """The networks a snapshot carries and downstream freezes."""
         return {"encoder": self.encoder}
 
-    def representation_optimizers(self) -> dict[str, torch.optim.Optimizer]:
-        """Optimisers of the representation; checkpoints carry them while `train_representation`."""
+    def representation_statistics(self) -> dict[str, Any]:
+        """What else a snapshot carries (state_dict-able, not networks: a queue, running statistics)."""
         return {}
 
-    def update_pretrain(self, obs, action, discount, next_obs, step: int) -> dict[str, float]:
-        """One task-agnostic update on augmented batch tensors; defined by agents that pre-train."""
-        raise TypeError(f"agent {self.name!r} defines no task-agnostic update")
+    def representation_optimizers(self) -> dict[str, torch.optim.Optimizer]:
+        """Optimisers of the representation; checkpoints carry them while it trains."""
+        return {}
 
-    def update_online(self, obs, action, reward, discount, next_obs, step: int) -> dict[str, float]:
-        """One update that also trains the representation on the task reward; defined by `learns_online` agents."""
-        raise TypeError(f"agent {self.name!r} cannot learn its representation from the task reward")
-
-    # -- acting -------------------------------------------------------------------------------------
+    # -- acting and learning -------------------------------------------------------------------------------
     @torch.no_grad()
     def act(self, obs: np.ndarray, sample: bool) -> np.ndarray:
         """One observation -> one action in [-1, 1]: a policy sample (training) or its mean (eval)."""
         obs_t = torch.as_tensor(obs, device=self.device).unsqueeze(0)
         return self.sac.act(self.encoder(obs_t), sample)[0].cpu().numpy()
 
-    # -- learning -----------------------------------------------------------------------------------
+    def update(self, batch: Batch, step: int) -> dict[str, float]:
+        """One update of the agent's mode on a replay batch; `step` counts agent updates."""
+        return self._update(batch, step)
+
     def augment(self, obs: torch.Tensor) -> torch.Tensor:
         """Random shift of pixels (DrQ); states pass unchanged."""
         if self.obs_type != "pixels":
             return obs
         return random_shift(obs, self.cfg.augment_pad)
 
-    def update(self, replay: ReplayBuffer, step: int) -> dict[str, float]:
-        """Sample a batch and run one update of the current phase; `step` counts agent updates."""
-        batch = replay.sample(self.cfg.batch_size, self.device)
-        obs, next_obs = self.augment(batch.obs), self.augment(batch.next_obs)
-        if self.phase == "pretrain":
-            return self.update_pretrain(obs, batch.action, batch.discount, next_obs, step)
-        if self.train_representation:
-            return self.update_online(obs, batch.action, batch.reward, batch.discount, next_obs, step)
-        return self.update_frozen(obs, batch.action, batch.reward, batch.discount, next_obs, step)
+    def augmented(self, batch: Batch) -> tuple[torch.Tensor, torch.Tensor]:
+        """The batch's observations x_t and x_{t+1}, each randomly shifted: (B, *obs_shape) each."""
+        return self.augment(batch.obs), self.augment(batch.next_obs)
 
-    def update_frozen(self, obs, action, reward, discount, next_obs, step: int) -> dict[str, float]:
+    def update_frozen(self, batch: Batch, step: int) -> dict[str, float]:
         """Downstream on a frozen encoder: a SAC update on the task reward (baselines, appendix C.4)."""
-        with torch.no_grad():
-            features, next_features = self.encoder(torch.cat([obs, next_obs])).chunk(2)  # (B, R) each
-        metrics = self.sac.update(features, action, reward, discount, next_features, step)
-        metrics["extr_reward_mean"] = reward.mean().item()
+        obs, next_obs = self.augmented(batch)
+        features, next_features = frozen_features(self.encoder, obs, next_obs)
+        metrics = self.sac.update(features, batch.action, batch.reward, batch.discount, next_features, step)
+        metrics["extr_reward_mean"] = batch.reward.mean().item()
         return metrics
 
-    def update_sac_through_encoder(self, obs, action, reward, discount, next_obs, step: int,
-                                   encoder_optimizer: torch.optim.Optimizer) -> dict[str, float]:
-        """DrQ's rule: the critic loss also trains the encoder; targets and the actor use detached features."""
-        features = self.encoder(obs)  # (B, R), with gradient
-        with torch.no_grad():
-            next_features = self.encoder(next_obs)  # (B, R)
-        return self.sac.update(features, action, reward, discount, next_features, step,
-                               encoder_optimizer=encoder_optimizer)
+    def collapse_message(self, row: dict) -> str | None:
+        """A one-line warning if a logged train.csv row shows a collapsed representation, else None."""
+        return collapse_message(row, None)
 
     # -- phases and persistence -----------------------------------------------------------------------
     def freeze_representation(self) -> None:
         """Downstream: the representation never changes again."""
         for module in self.representation_modules().values():
-            if isinstance(module, nn.Module):
-                module.requires_grad_(False).eval()  # eval: normalisation statistics stay as they are
-        self.train_representation = False
+            module.requires_grad_(False).eval()  # eval: normalisation statistics stay as they are
 
     def representation_state(self) -> dict:
         """Everything a downstream agent takes from pre-training (a snapshot's `agent` entry)."""
-        state = {name: module.state_dict() for name, module in self.representation_modules().items()}
-        state["actor"] = self.sac.actor.state_dict()
-        return state
+        parts = {**self.representation_modules(), **self.representation_statistics()}
+        return {**{name: part.state_dict() for name, part in parts.items()}, "actor": self.sac.actor.state_dict()}
 
     def state_dict(self) -> dict:
         """Every network, target, optimiser and statistic: what a checkpoint needs to resume exactly."""
         state = {**self.representation_state(), "sac": self.sac.state_dict()}
-        if self.train_representation:
+        if self.trains_representation:
             state["optimizers"] = {name: opt.state_dict() for name, opt in self.representation_optimizers().items()}
         return state
 
     def load_state_dict(self, state: dict) -> None:
         self._load_representation(state)
         self.sac.load_state_dict(state["sac"])
-        if self.train_representation:
+        if self.trains_representation:
             for name, optimizer in self.representation_optimizers().items():
                 optimizer.load_state_dict(state["optimizers"][name])
 
     def load_pretrained(self, state: dict) -> None:
-        """Start downstream from a snapshot: its representation, frozen; a fresh critic and temperature."""
+        """Start downstream from a snapshot: its representation, frozen; a fresh critic and temperature (and a
+        fresh actor, unless `loads_pretrained_actor`)."""
         self._load_representation(state)
         if self.loads_pretrained_actor:
             self.sac.actor.load_state_dict(state["actor"])
         self.freeze_representation()
 
     def _load_representation(self, state: dict) -> None:
-        modules = self.representation_modules()
-        missing = sorted(set(modules) - set(state))
+        parts = {**self.representation_modules(), **self.representation_statistics()}
+        missing = sorted(set(parts) - set(state))
         if missing:
             raise KeyError(f"the saved state has no {', '.join(missing)}: it was not written by agent {self.name!r}")
-        for name, module in modules.items():
-            module.load_state_dict(state[name])
+        for name, part in parts.items():
+            part.load_state_dict(state[name])
+
+
+# -- the pieces agents share -------------------------------------------------------------------------------
+@torch.no_grad()
+def frozen_features(encoder: nn.Module, obs: torch.Tensor, next_obs: torch.Tensor
+                    ) -> tuple[torch.Tensor, torch.Tensor]:
+    """Features of x_t and x_{t+1} without gradient, in one encoder pass: (B, R) each."""
+    return encoder(torch.cat([obs, next_obs])).chunk(2)
+
+
+def critic_through_encoder(encoder: nn.Module, sac: SAC, obs: torch.Tensor, action: torch.Tensor,
+                           reward: torch.Tensor, discount: torch.Tensor, next_obs: torch.Tensor, step: int,
+                           encoder_optimizer: torch.optim.Optimizer) -> dict[str, float]:
+    """DrQ's rule: the critic loss also trains the encoder; targets and the actor use detached features."""
+    features = encoder(obs)  # (B, R), with gradient
+    with torch.no_grad():
+        next_features = encoder(next_obs)  # (B, R)
+    return sac.update(features, action, reward, discount, next_features, step, encoder_optimizer=encoder_optimizer)
+
+
+def optimizer_step(loss: torch.Tensor, *optimizers: torch.optim.Optimizer) -> None:
+    """One gradient step of `loss` for every optimiser."""
+    for optimizer in optimizers:
+        optimizer.zero_grad(set_to_none=True)
+    loss.backward()
+    for optimizer in optimizers:
+        optimizer.step()
+
+
+def reward_metrics(prefix: str, reward: torch.Tensor) -> dict[str, float]:
+    """`<prefix>_mean` and `<prefix>_std` (population) of a batch of rewards (B, 1)."""
+    return {f"{prefix}_mean": reward.mean().item(), f"{prefix}_std": reward.std(correction=0).item()}

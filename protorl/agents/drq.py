@@ -1,22 +1,22 @@
 """DrQ (Kostrikov et al. 2020): SAC from pixels with random shifts; the critic loss trains the encoder.
 
 The paper's supervised reference line: it learns from the task reward from the first frame, so it has
-no pre-training phase. One augmented view per observation (DrQ's K = M = 1) and critic targets from the
-online encoder without gradient (as in DrQ-v2), with the SAC core and encoder shared by every agent.
+no pre-training phase ("online" only). One augmented view per observation (DrQ's K = M = 1) and critic
+targets from the online encoder without gradient (as in DrQ-v2), with the SAC core and encoder shared by
+every agent.
 """
 
 from __future__ import annotations
 
 import torch
 
-from protorl.agents.base import Agent
+from protorl.agents.base import Agent, critic_through_encoder
+from protorl.replay import Batch
 from protorl.utils import make_adam
 
 
 class DrQAgent(Agent):
     name = "drq"
-    pretrains = False
-    learns_online = True
 
     def build(self) -> None:
         self.encoder_optimizer = make_adam(self.encoder.parameters(), self.cfg.lr)
@@ -24,8 +24,9 @@ class DrQAgent(Agent):
     def representation_optimizers(self) -> dict[str, torch.optim.Optimizer]:
         return {"encoder": self.encoder_optimizer}
 
-    def update_online(self, obs, action, reward, discount, next_obs, step: int) -> dict[str, float]:
-        metrics = self.update_sac_through_encoder(obs, action, reward, discount, next_obs, step,
-                                                  self.encoder_optimizer)
-        metrics["extr_reward_mean"] = reward.mean().item()
+    def update_online(self, batch: Batch, step: int) -> dict[str, float]:
+        obs, next_obs = self.augmented(batch)
+        metrics = critic_through_encoder(self.encoder, self.sac, obs, batch.action, batch.reward, batch.discount,
+                                         next_obs, step, self.encoder_optimizer)
+        metrics["extr_reward_mean"] = batch.reward.mean().item()
         return metrics

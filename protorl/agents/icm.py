@@ -9,13 +9,31 @@ deviation, then log(1 + x). Downstream: a fresh SAC agent on the frozen encoder.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+from typing import Any
+
 import torch
 from torch import nn
 
-from protorl.agents.drq import DrQAgent
-from protorl.diagnostics import projection_diagnostics
+from protorl.agents.base import Agent, critic_through_encoder, optimizer_step, reward_metrics
+from protorl.config import AgentConfig, positive
+from protorl.diagnostics import PROJECTION_METRICS, projection_diagnostics
 from protorl.networks import mlp, orthogonal_init
+from protorl.replay import Batch
 from protorl.utils import make_adam
+
+
+@dataclass
+class ICMConfig(AgentConfig):
+    """Curiosity's own constants (appendix C.4)."""
+
+    name: str = "icm"
+    proj_dim: int = 50  # linear projection phi of the encoder's features
+    model_hidden_dim: int = 1024  # forward and inverse models: 2-layer MLPs with ReLU
+
+    def check(self) -> None:
+        super().check()
+        positive("agent", self, "proj_dim", "model_hidden_dim")
 
 
 class RunningMeanStd:
@@ -75,40 +93,39 @@ class ICM(nn.Module):
         return forward_error, inverse_error
 
 
-class ICMAgent(DrQAgent):
+class ICMAgent(Agent):
     name = "icm"
-    pretrains = True
-    learns_online = False
+    config_class = ICMConfig
+    metrics = ("icm_forward_loss", "icm_inverse_loss", "intr_reward_mean", "intr_reward_std", *PROJECTION_METRICS)
+    architecture_keys = ("proj_dim", "model_hidden_dim")
 
     def build(self) -> None:
-        super().build()
         cfg, action_dim = self.cfg, self.action_shape[0]
-        self.icm = ICM(self.encoder.repr_dim, action_dim, cfg.icm_proj_dim, cfg.icm_hidden_dim).to(self.device)
+        self.encoder_optimizer = make_adam(self.encoder.parameters(), cfg.lr)
+        self.icm = ICM(self.encoder.repr_dim, action_dim, cfg.proj_dim, cfg.model_hidden_dim).to(self.device)
         self.icm_optimizer = make_adam(self.icm.parameters(), cfg.lr)
         self.curiosity_stats = RunningMeanStd(self.device)
 
     def representation_modules(self) -> dict[str, nn.Module]:
-        return {"encoder": self.encoder, "icm": self.icm, "curiosity_stats": self.curiosity_stats}
+        return {"encoder": self.encoder, "icm": self.icm}
+
+    def representation_statistics(self) -> dict[str, Any]:
+        return {"curiosity_stats": self.curiosity_stats}
 
     def representation_optimizers(self) -> dict[str, torch.optim.Optimizer]:
         return {"encoder": self.encoder_optimizer, "icm": self.icm_optimizer}
 
-    def update_pretrain(self, obs, action, discount, next_obs, step: int) -> dict[str, float]:
+    def update_pretrain(self, batch: Batch, step: int) -> dict[str, float]:
+        obs, next_obs = self.augmented(batch)
         features, next_features = self.encoder(torch.cat([obs, next_obs])).chunk(2)  # (B, R) each, with gradient
-        forward_error, inverse_error = self.icm.errors(features, action, next_features)
-        icm_loss = forward_error.mean() + inverse_error.mean()
-        for optimizer in (self.encoder_optimizer, self.icm_optimizer):
-            optimizer.zero_grad(set_to_none=True)
-        icm_loss.backward()
-        for optimizer in (self.encoder_optimizer, self.icm_optimizer):
-            optimizer.step()
+        forward_error, inverse_error = self.icm.errors(features, batch.action, next_features)
+        optimizer_step(forward_error.mean() + inverse_error.mean(), self.encoder_optimizer, self.icm_optimizer)
 
         with torch.no_grad():
             intr_reward = normalized_curiosity(forward_error.detach(), self.curiosity_stats)  # (B, 1)
             diagnostics = projection_diagnostics(self.icm.projection(next_features))  # of phi(x_{t+1}), (B, 50)
-        metrics = self.update_sac_through_encoder(obs, action, intr_reward, discount, next_obs, step,
-                                                  self.encoder_optimizer)
+        metrics = critic_through_encoder(self.encoder, self.sac, obs, batch.action, intr_reward, batch.discount,
+                                         next_obs, step, self.encoder_optimizer)
         metrics.update(icm_forward_loss=forward_error.mean().item(), icm_inverse_loss=inverse_error.mean().item(),
-                       intr_reward_mean=intr_reward.mean().item(), intr_reward_std=intr_reward.std(correction=0).item(),
-                       **diagnostics)
+                       **reward_metrics("intr_reward", intr_reward), **diagnostics)
         return metrics

@@ -12,21 +12,28 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from protorl.agents.drq import DrQAgent
+from protorl.agents.base import Agent, critic_through_encoder
+from protorl.replay import Batch
+from protorl.utils import make_adam
 
 
-class RandomAgent(DrQAgent):
+class RandomAgent(Agent):
     name = "random"
-    pretrains = True
-    learns_online = False
+
+    def build(self) -> None:
+        self.encoder_optimizer = make_adam(self.encoder.parameters(), self.cfg.lr)
+
+    def representation_optimizers(self) -> dict[str, torch.optim.Optimizer]:
+        return {"encoder": self.encoder_optimizer}
 
     def act(self, obs: np.ndarray, sample: bool) -> np.ndarray:
         """Pre-training samples uniform actions in [-1, 1] (torch's RNG, so checkpoints resume exactly)."""
-        if self.phase == "pretrain" and sample:
+        if self.mode == "pretrain" and sample:
             return (2 * torch.rand(self.action_shape) - 1).numpy()
         return super().act(obs, sample)
 
-    def update_pretrain(self, obs, action, discount, next_obs, step: int) -> dict[str, float]:
-        no_reward = torch.zeros_like(discount)  # (B, 1)
-        return self.update_sac_through_encoder(obs, action, no_reward, discount, next_obs, step,
-                                               self.encoder_optimizer)
+    def update_pretrain(self, batch: Batch, step: int) -> dict[str, float]:
+        obs, next_obs = self.augmented(batch)
+        no_reward = torch.zeros_like(batch.discount)  # (B, 1)
+        return critic_through_encoder(self.encoder, self.sac, obs, batch.action, no_reward, batch.discount,
+                                      next_obs, step, self.encoder_optimizer)

@@ -18,6 +18,9 @@ from protorl.networks import Actor, Critic, log_prob_sum, soft_update
 from protorl.utils import make_adam
 
 
+SAC_METRICS = ("critic_loss", "critic_q", "actor_loss", "alpha", "actor_entropy")  # what `SAC.update` returns
+
+
 class SAC:
     """Actor, clipped double-Q critic with an EMA target, and a learned temperature."""
 
@@ -43,32 +46,32 @@ class SAC:
         dist = self.actor(features)
         return dist.sample() if sample else dist.mean
 
-    def update(self, obs: torch.Tensor, action: torch.Tensor, reward: torch.Tensor, discount: torch.Tensor,
-               next_obs: torch.Tensor, step: int, encoder_optimizer: torch.optim.Optimizer | None = None
+    def update(self, features: torch.Tensor, action: torch.Tensor, reward: torch.Tensor, discount: torch.Tensor,
+               next_features: torch.Tensor, step: int, encoder_optimizer: torch.optim.Optimizer | None = None
                ) -> dict[str, float]:
-        """One SAC update on features obs, next_obs (B, repr); reward, discount (B, 1).
+        """One SAC update on encoder features y_t, y_{t+1} (B, repr); reward, discount (B, 1).
 
-        Features must be detached unless `encoder_optimizer` is given: then `obs` carries the encoder's
+        Features must be detached unless `encoder_optimizer` is given: then `features` carries the encoder's
         graph and the critic loss steps the encoder too (DrQ). The actor always sees detached features.
         """
-        if next_obs.requires_grad or (obs.requires_grad and encoder_optimizer is None):
+        if next_features.requires_grad or (features.requires_grad and encoder_optimizer is None):
             raise ValueError("SAC.update expects detached features: RL gradients must not reach the encoder")
-        metrics = self.update_critic(obs, action, reward, discount, next_obs, encoder_optimizer)
+        metrics = self.update_critic(features, action, reward, discount, next_features, encoder_optimizer)
         if step % self.cfg.actor_update_every == 0:
-            metrics.update(self.update_actor_and_alpha(obs.detach()))
+            metrics.update(self.update_actor_and_alpha(features.detach()))
         if step % self.cfg.critic_target_update_every == 0:
             soft_update(self.critic, self.critic_target, self.cfg.critic_target_tau)
         return metrics
 
-    def update_critic(self, obs, action, reward, discount, next_obs,
+    def update_critic(self, features, action, reward, discount, next_features,
                       encoder_optimizer: torch.optim.Optimizer | None = None) -> dict[str, float]:
         with torch.no_grad():
-            dist = self.actor(next_obs)
+            dist = self.actor(next_features)
             next_action = dist.rsample()
-            target_q1, target_q2 = self.critic_target(next_obs, next_action)
+            target_q1, target_q2 = self.critic_target(next_features, next_action)
             target_v = torch.min(target_q1, target_q2) - self.alpha * log_prob_sum(dist, next_action)
             target_q = reward + discount * self.cfg.discount * target_v  # (B, 1)
-        q1, q2 = self.critic(obs, action)
+        q1, q2 = self.critic(features, action)
         critic_loss = F.mse_loss(q1, target_q) + F.mse_loss(q2, target_q)
         optimizers = [self.critic_optimizer] + ([encoder_optimizer] if encoder_optimizer is not None else [])
         for optimizer in optimizers:
@@ -78,12 +81,12 @@ class SAC:
             optimizer.step()
         return {"critic_loss": critic_loss.item(), "critic_q": q1.mean().item()}
 
-    def update_actor_and_alpha(self, obs) -> dict[str, float]:
-        dist = self.actor(obs)
+    def update_actor_and_alpha(self, features) -> dict[str, float]:
+        dist = self.actor(features)
         action = dist.rsample()
         log_prob = log_prob_sum(dist, action)
         self.critic.requires_grad_(False)  # the actor loss needs dQ/da only, not the critic's weight grads
-        q1, q2 = self.critic(obs, action)
+        q1, q2 = self.critic(features, action)
         self.critic.requires_grad_(True)
         actor_loss = (self.alpha.detach() * log_prob - torch.min(q1, q2)).mean()
         self.actor_optimizer.zero_grad(set_to_none=True)

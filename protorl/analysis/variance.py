@@ -18,30 +18,28 @@ from __future__ import annotations
 import numpy as np
 import torch
 
+from protorl.agents import Agent, ProtoAgent
 from protorl.proto import knn_reward
 from protorl.replay import ReplayBuffer
 
 
-def has_prototypes(agent) -> bool:
+def has_prototypes(agent: Agent) -> bool:
     """Whether `agent` has Proto-RL's projector, prototypes and candidate queue."""
-    return hasattr(agent, "head") and hasattr(agent.head, "prototypes") and hasattr(agent, "queue")
+    return isinstance(agent, ProtoAgent)
 
 
-@torch.no_grad()
-def embed(agent, obs: np.ndarray) -> torch.Tensor:
-    """Observations (N, *obs_shape) -> projections before L2 normalisation (N, D), in chunks of the batch size."""
-    chunk = agent.cfg.batch_size
-    return torch.cat([agent.head.projector(agent.encoder(torch.as_tensor(obs[i:i + chunk], device=agent.device)))
-                      for i in range(0, len(obs), chunk)])
+def embed(agent: ProtoAgent, obs: np.ndarray) -> torch.Tensor:
+    """Observations (N, *obs_shape) -> projections before L2 normalisation (N, D) (`ProtoAgent.embed`)."""
+    return agent.embed(torch.as_tensor(obs, device=agent.device))
 
 
-def replay_embeddings(agent, replay: ReplayBuffer, count: int, rng: np.random.Generator) -> torch.Tensor:
+def replay_embeddings(agent: ProtoAgent, replay: ReplayBuffer, count: int, rng: np.random.Generator) -> torch.Tensor:
     """Projections of `count` next-observations drawn uniformly from the replay with `rng`: (count, D)."""
     return embed(agent, replay.stack_at(replay.sample_indices(count, rng)))
 
 
 @torch.no_grad()
-def proto_candidates(agent, replay: ReplayBuffer, rng: np.random.Generator, generator: torch.Generator
+def proto_candidates(agent: ProtoAgent, replay: ReplayBuffer, rng: np.random.Generator, generator: torch.Generator
                      ) -> torch.Tensor:
     """A full queue as the agent fills it: T batches of B, M candidates from each -> (M * T, D)."""
     batches = [replay_embeddings(agent, replay, agent.cfg.batch_size, rng)
@@ -58,7 +56,7 @@ def spread(rewards: np.ndarray) -> tuple[float, float, float]:
 
 
 @torch.no_grad()
-def reward_variance(agent, replay: ReplayBuffer, probe_obs: np.ndarray, repeats: int, rng: np.random.Generator,
+def reward_variance(agent: ProtoAgent, replay: ReplayBuffer, probe_obs: np.ndarray, repeats: int, rng: np.random.Generator,
                     generator: torch.Generator) -> dict[str, float]:
     """The k-NN reward of `probe_obs` (P, *obs_shape) under `repeats` proto and uniform candidate sets ->
     `variance/{proto,uniform}_{mean,std,cv}` (means over the probes, see `spread`)."""

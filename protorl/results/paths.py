@@ -7,15 +7,13 @@ from __future__ import annotations
 
 from pathlib import Path
 
-
-class OutsideRunError(ValueError):
-    """A path that symlinks lead outside the directory it belongs to."""
+from protorl.errors import ResultsError
 
 
 def inside(path: Path, root: Path) -> Path:
-    """`path`, once checked to stay inside `root` with every symlink on it followed; else OutsideRunError."""
+    """`path`, once checked to stay inside `root` with every symlink on it followed; else ResultsError."""
     target = path.resolve()
     if not target.is_relative_to(root.resolve()):
-        raise OutsideRunError(f"{path} leads through a symlink to {target}, outside {root}: "
-                              "protorl reads and writes only inside the directories it is given")
+        raise ResultsError(f"{path} leads through a symlink to {target}, outside {root}: "
+                           "protorl reads and writes only inside the directories it is given")
     return path

@@ -1,0 +1,186 @@
+"""`protorl-aggregate PATH [PATH ...]`: learning curves, final-score tables and rliable statistics over runs.
+
+By default each downstream phase (`finetune/` or `finetune_<task>/`) of each run directory found under the
+paths is one record, its curve the evaluation return (`eval.csv`); with `--metric COLUMN` (e.g.
+`coverage/entropy`, figure 9) each pre-training phase is one, its curve that column of `analysis.csv`
+(`protorl.results.records`). Only complete records enter the curves, the tables and the statistics: partial
+curves are left out, and every (method, task, seed) of the grid without a complete record is listed in
+`summary.txt`. Writes into the output directory: `curves.png/.pdf`, `scores.csv/.md`, `aggregate.csv`,
+`aggregate.png/.pdf`, `profiles.png/.pdf` and `summary.txt`. The statistics need rliable (the `sweep` extra).
+"""
+
+from __future__ import annotations
+
+import csv
+from collections import defaultdict
+from pathlib import Path
+
+import numpy as np
+
+from protorl.results.plots import Curve, Level, Panel, plot_curves
+from protorl.results.records import (
+    COMPLETE,
+    RETURN,
+    Metric,
+    Record,
+    check_metric_column,
+    deduplicate,
+    discover_runs,
+    not_complete,
+    read_records,
+)
+from protorl.results.stats import (
+    interval_estimates,
+    plot_estimates,
+    plot_profiles,
+    require_rliable,
+    write_estimates,
+)
+
+
+def score_table(complete: list[Record]) -> list[dict]:
+    """Per (task, method): mean and population std (ddof=0) of the final scores over seeds."""
+    groups = defaultdict(list)
+    for record in complete:
+        groups[record.task, record.method].append(record.final)
+    return [{"task": task, "method": method, "mean": float(np.mean(scores)), "std": float(np.std(scores)),
+             "n_seeds": len(scores)} for (task, method), scores in sorted(groups.items())]
+
+
+def write_scores(rows: list[dict], out: Path, metric: Metric) -> list[Path]:
+    """`scores.csv` (tidy) and `scores.md` (one row per task, one column per method)."""
+    with open(out / "scores.csv", "w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=["task", "method", "mean", "std", "n_seeds"])
+        writer.writeheader()
+        writer.writerows(rows)
+    (out / "scores.md").write_text(markdown_table(rows, metric) + "\n")
+    return [out / "scores.csv", out / "scores.md"]
+
+
+def markdown_table(rows: list[dict], metric: Metric) -> str:
+    """One row per task, one column per method, cells `mean ± std (n seeds)`."""
+    methods = sorted({row["method"] for row in rows})
+    digits = 1 if metric.scale is None else 3  # returns in the hundreds; analysis values around [0, 1]
+    cells = {(row["task"], row["method"]): f"{row['mean']:.{digits}f} ± {row['std']:.{digits}f} "
+                                           f"({row['n_seeds']} seed{'s' if row['n_seeds'] > 1 else ''})"
+             for row in rows}
+    lines = [f"Final {metric.label}: mean ± population std (ddof=0) over seeds.", "",
+             "| task | " + " | ".join(methods) + " |", "|---" * (len(methods) + 1) + "|"]
+    for task in sorted({row["task"] for row in rows}):
+        lines.append(f"| {task} | " + " | ".join(cells.get((task, m), "–") for m in methods) + " |")
+    return "\n".join(lines)
+
+
+def score_matrices(complete: list[Record], metric: Metric) -> tuple[dict[str, np.ndarray], list[str]]:
+    """Per method, normalised final scores (seeds, tasks) over its tasks and the seeds complete on all of
+    them; and a line per method: the seeds and tasks used, or why it is skipped."""
+    by_method = defaultdict(dict)
+    for record in complete:
+        by_method[record.method][record.task, record.seed] = record.final / metric.normaliser(record.task)
+    matrices, lines = {}, []
+    for method, scores in sorted(by_method.items()):
+        tasks = sorted({task for task, _ in scores})
+        seeds = sorted(set.intersection(*({s for t, s in scores if t == task} for task in tasks)))
+        if not seeds:
+            lines.append(f"{method}: skipped (no seed complete on all of its tasks {', '.join(tasks)})")
+            continue
+        matrices[method] = np.array([[scores[task, seed] for task in tasks] for seed in seeds])
+        lines.append(f"{method}: seeds {', '.join(map(str, seeds))} x tasks {', '.join(tasks)}")
+    return matrices, lines
+
+
+def seed_curve(seeds: list[Record]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(frames, mean, population std) over the records' values at the frames they all evaluated at."""
+    frames = np.array(sorted(set.intersection(*(set(r.frames) for r in seeds))))
+    curves = [dict(zip(r.frames, r.values, strict=True)) for r in seeds]
+    values = np.array([[curve[x] for x in frames] for curve in curves])  # (seeds, frames)
+    return frames, values.mean(axis=0), values.std(axis=0)
+
+
+def _pretrains(agent: str) -> bool:
+    """Whether the registered agent named `agent` has a task-agnostic pre-training phase (one no longer
+    registered is taken to have one)."""
+    from protorl.agents import AGENTS
+
+    cls = AGENTS.get(agent)
+    if cls is None:
+        return True
+    pretrains = getattr(cls, "pretrains", None)
+    return cls.supports("pretrain") if pretrains is None else bool(pretrains)
+
+
+def curve_panel(task: str, complete: list[Record], colors: dict[str, str], ylabel: str) -> Panel:
+    """Mean ± std over seeds on their shared frames per method that pre-trains; per method that does not
+    (DrQ), its final mean as a dashed line."""
+    by_method = defaultdict(list)
+    for record in complete:
+        if record.task == task:
+            by_method[record.method, _pretrains(record.agent)].append(record)
+    curves, levels = [], []
+    for (method, pretrains), seeds in sorted(by_method.items()):
+        if pretrains:
+            frames, mean, std = seed_curve(seeds)
+            curves.append(Curve(frames, mean, f"{method} ({len(seeds)} seeds)", color=colors[method], spread=std))
+        else:
+            levels.append(Level(f"{method} (final, {len(seeds)} seeds)", float(np.mean([r.final for r in seeds])),
+                                colors[method]))
+    return Panel(task, ylabel, curves, levels)
+
+
+def aggregate_runs(paths: list[Path], out: Path, group_by: list[str], reps: int = 2000, seed: int = 0,
+                   metric: Metric = RETURN) -> str:
+    """Write the tables, statistics and plots of the runs under `paths` into `out`; returns the summary.
+
+    Symlinks: a run is read only if it stays inside the path it was found under, and its files only if they
+    stay inside the run directory. One leading elsewhere (a run directory linked into a sweep, a config.yaml or
+    CSV linked to another run's) raises ResultsError before anything is written, so that the results are
+    those of exactly the runs named, none silently dropped or mixed in. To include a linked run, name its target
+    as a path."""
+    runs = discover_runs(paths)
+    records = [r for run in runs for r in read_records(run, group_by, metric)]
+    check_metric_column(records, runs, metric)
+    records, duplicates = deduplicate(records)
+    normalised = metric.label if metric.scale == 1 else f"{metric.label} / the task's maximum return"
+    complete = [r for r in records if r.status == COMPLETE]
+    matrices, used = score_matrices(complete, metric)
+    if matrices:
+        require_rliable()
+    out.mkdir(parents=True, exist_ok=True)
+    lines = [f"protorl aggregate of {', '.join(map(str, paths))}",
+             f"  {len(runs)} runs, {len(records)} {'downstream' if metric.downstream else 'pre-training'} records "
+             f"of {metric.label} ({len(complete)} complete)",
+             f"  methods: {', '.join(sorted({r.method for r in records})) or 'none'}",
+             f"  tasks: {', '.join(sorted({r.task for r in records})) or 'none'}"]
+    lines += [f"  run without such a phase: {run}" for run in runs if not any(run in r.path.parents
+                                                                                      for r in records)]
+    lines += [f"  duplicate ignored: {r.path}" for r in duplicates]
+    missing = not_complete(records)
+    lines.append(f"  not complete ({len(missing)} of methods x tasks x seeds):" if missing else "  all complete")
+    lines += [f"    {line}" for line in missing]
+    written = []
+    if not complete:
+        lines.append("  no complete record: no table, statistics or plot written")
+    else:
+        rows = score_table(complete)
+        colors = {method: f"C{i}" for i, method in enumerate(sorted({r.method for r in complete}))}
+        panels = [curve_panel(task, complete, colors, metric.label) for task in sorted({r.task for r in complete})]
+        written += write_scores(rows, out, metric) + plot_curves(panels, _png_pdf(out / "curves"))
+        lines += ["", markdown_table(rows, metric), ""]
+        lines.append(f"  rliable ({normalised}, {reps} bootstrap reps, numpy seed {seed}):")
+        lines += [f"    {line}" for line in used]
+        if matrices:
+            np.random.seed(seed)  # rliable's stratified bootstrap draws from numpy's global RNG
+            points, intervals = interval_estimates(matrices, reps)
+            written.append(write_estimates(points, intervals, out / "aggregate.csv"))
+            written += plot_estimates(points, intervals, colors, _png_pdf(out / "aggregate"),
+                                      f"normalised score ({normalised})")
+            written += plot_profiles(matrices, reps, colors, _png_pdf(out / "profiles"))
+    written.append(out / "summary.txt")
+    lines.append("  files: " + ", ".join(map(str, written)))
+    text = "\n".join(lines)
+    (out / "summary.txt").write_text(text + "\n")
+    return text
+
+
+def _png_pdf(stem: Path) -> list[Path]:
+    return [stem.with_suffix(".png"), stem.with_suffix(".pdf")]

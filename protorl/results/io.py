@@ -1,0 +1,52 @@
+"""Reading a run directory: its CSVs (keyed by environment frames) and the `result.json` of a completed phase."""
+
+from __future__ import annotations
+
+import csv
+import json
+from pathlib import Path
+
+from protorl.errors import ResultsError
+
+Rows = list[dict[str, float]]
+
+
+def read_csv(path: Path) -> tuple[list[str], Rows]:
+    """The columns of a run's CSV and its rows that have frames, their non-empty values as floats.
+
+    A missing file, or one whose header never reached the disk, has no columns and no rows; a header without a
+    frames column or a value that is not a number is a ResultsError naming the file."""
+    if not path.is_file():
+        return [], []
+    with open(path, newline="") as f:
+        reader = csv.DictReader(f)
+        columns = reader.fieldnames or []
+        if columns and "frames" not in columns:
+            raise ResultsError(f"{path} has no frames column (its columns: {', '.join(columns)})")
+        try:
+            rows = [{k: float(v) for k, v in row.items() if v not in ("", None)} for row in reader]
+        except ValueError as error:
+            raise ResultsError(f"{path}, line {reader.line_num}: {error}") from error
+    return columns, [row for row in rows if "frames" in row]
+
+
+def has(rows: Rows, key: str) -> bool:
+    """Whether a row has a value of `key`."""
+    return any(key in row for row in rows)
+
+
+def series(rows: Rows, key: str) -> tuple[list[float], list[float]]:
+    """(frames, values) of the rows that have `key`, in the file's order."""
+    points = [(row["frames"], row[key]) for row in rows if key in row]
+    return [p[0] for p in points], [p[1] for p in points]
+
+
+def read_result(phase: Path) -> dict | None:
+    """The phase's `result.json`, written when it completed; None if it has none or one not written whole."""
+    path = phase / "result.json"
+    if not path.is_file():
+        return None
+    try:
+        return json.loads(path.read_text())
+    except ValueError:  # as `PhaseResult.load`: a phase not known to be complete
+        return None

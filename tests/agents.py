@@ -1,0 +1,52 @@
+"""Helpers for tests that build agents directly: tiny sizes, each agent's config at those sizes, one update.
+
+Not a test module: tests import it (`from tests.agents import ...`) instead of importing each other.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import torch
+
+from protorl.agents import AGENTS, Agent
+from protorl.config import AgentConfig
+from protorl.replay import ReplayBuffer
+
+IMAGE_SIZE = 32
+FRAME_STACK = 3
+PIXEL_OBS_SHAPE = (3 * FRAME_STACK, IMAGE_SIZE, IMAGE_SIZE)
+POINT_MASS_ACTION_SHAPE = (2,)
+CPU = torch.device("cpu")
+
+# sizes at which one update takes milliseconds on a CPU: batch 8, 16 prototypes of dimension 16
+TINY_SHARED = {"batch_size": 8, "hidden_dim": 32, "feature_dim": 16, "state_hidden_dim": 32}
+TINY_OWN = {
+    "proto": {"num_prototypes": 16, "candidates_per_prototype": 2, "proj_dim": 16, "pred_hidden_dim": 32},
+    "icm": {"model_hidden_dim": 32},
+    "apt": {"knn_k": 3},  # APT's neighbours come from the batch of 8
+}
+
+
+def tiny_config(name: str = "proto", **overrides) -> AgentConfig:
+    """Agent `name`'s config class at the tiny sizes (its paper values otherwise), with `overrides`."""
+    fields = {"name": name, **TINY_SHARED, **TINY_OWN.get(name, {}), **overrides}
+    return AGENTS[name].config_class(**fields)
+
+
+def tiny_agent(name: str, mode: str, cfg: AgentConfig | None = None, seed: int | None = None,
+               obs_type: str = "pixels", obs_shape: tuple[int, ...] = PIXEL_OBS_SHAPE) -> Agent:
+    """Agent `name` for `mode` on point_mass-sized observations, on the CPU (its tiny config unless `cfg`)."""
+    if seed is not None:
+        torch.manual_seed(seed)
+    cfg = cfg if cfg is not None else tiny_config(name)
+    return AGENTS[name](obs_type, obs_shape, POINT_MASS_ACTION_SHAPE, cfg, CPU, mode)
+
+
+def update(agent: Agent, replay: ReplayBuffer, step: int) -> dict[str, float]:
+    """Sample a batch of the agent's size and run one update, as the trainer does."""
+    return agent.update(replay.sample(agent.cfg.batch_size, agent.device), step)
+
+
+def with_fields(cfg: AgentConfig, **changes) -> AgentConfig:
+    return dataclasses.replace(cfg, **changes)
