@@ -28,7 +28,7 @@ def _build(batch_size: int, phase: str, seed: int = 0):
     import torch
 
     from protorl.agents import ProtoAgent
-    from protorl.config import AgentConfig
+    from protorl.agents.proto import ProtoConfig
     from protorl.replay import ReplayBuffer
 
     torch.manual_seed(seed)
@@ -39,8 +39,8 @@ def _build(batch_size: int, phase: str, seed: int = 0):
         replay.add_first(rng.integers(0, 256, (3, 84, 84), dtype=np.uint8))
         for _ in range(1000):
             replay.add(rng.integers(0, 256, (3, 84, 84), dtype=np.uint8), rng.uniform(-1, 1, 6), 0.0, 1.0)
-    agent = ProtoAgent("pixels", obs_shape, action_shape, AgentConfig(batch_size=batch_size),
-                       torch.device("cpu"), phase)
+    agent = ProtoAgent("pixels", obs_shape, action_shape, ProtoConfig(batch_size=batch_size),
+                       torch.device("cpu"), "frozen" if phase == "finetune" else phase)
     return agent, replay
 
 
@@ -118,7 +118,7 @@ def _worker(kind: str, batch_size: int, phase: str, steps: int) -> dict:
             _baseline_update(agent, replay, step, state)
     elif kind.startswith("protorl"):
         def update(step):
-            agent.update(replay, step)
+            agent.update(replay.sample(batch_size), step)
     else:
         raise ValueError(f"unknown benchmark kind {kind!r}")
 

@@ -24,7 +24,7 @@ import numpy as np
 import torch
 
 from protorl.agents import ProtoAgent
-from protorl.config import AgentConfig
+from protorl.agents.proto import ProtoConfig
 from protorl.diagnostics import projection_diagnostics
 from protorl.envs import DMCEnv
 from protorl.proto import ANTI_COLLAPSE
@@ -75,12 +75,12 @@ def run(variant: str, batch: int, seed: int, replay: ReplayBuffer, held_out: tor
         log_every: int, device: torch.device) -> list[dict]:
     torch.manual_seed(seed)
     replay._rng = np.random.default_rng(seed)  # the same batches for every variant
-    cfg = dataclasses.replace(AgentConfig(), batch_size=batch, anti_collapse=variant, **REWARD[variant])
+    cfg = dataclasses.replace(ProtoConfig(), batch_size=batch, anti_collapse=variant, **REWARD[variant])
     agent = ProtoAgent("pixels", tuple(held_out.shape[1:]), replay.actions.shape[1:], cfg, device)
     rows, window = [], []
     start = time.perf_counter()
     for update in range(updates + 1):
-        window.append(agent.update(replay, update))
+        window.append(agent.update(replay.sample(batch, device), update))
         if update % log_every == 0:
             mean = {key: float(np.mean([m[key] for m in window if key in m])) for key in
                     ("repr_loss", "repr/target_entropy", "intr_reward_mean")}
@@ -138,7 +138,7 @@ def main() -> None:
                       f"({last['seconds']:.0f} s)", flush=True)
     with open(args.out, "w") as f:
         json.dump(dict(args=vars(args), device=str(device), rows=rows), f)
-    print(table(rows, AgentConfig().num_prototypes))
+    print(table(rows, ProtoConfig().num_prototypes))
 
 
 if __name__ == "__main__":

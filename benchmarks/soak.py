@@ -2,7 +2,7 @@
 
 Runs one `protorl.training.Trainer` (pre-training phase) at a tiny size for `--episodes` episodes and
 samples the process's resident set size (VmRSS from /proc/self/status) at episode ends, through a
-subclass that hooks `Trainer._end_episode`. The replay ring (`replay_capacity` 2000 frames, about 16
+callback added to the Trainer's. The replay ring (`replay_capacity` 2000 frames, about 16
 episodes of 126 frames) wraps early, so after the warm-up every allocation the loop needs exists
 already: RSS should then stay flat. The summary gives RSS after the warm-up, at the end, and the
 least-squares growth per 100 episodes over the post-warm-up samples.
@@ -55,7 +55,8 @@ def slope_per_100(xs: list[float], ys: list[float]) -> float:
 
 
 def build_config(args: argparse.Namespace, run_dir: Path):
-    from protorl.config import AgentConfig, Config
+    from protorl.agents.proto import ProtoConfig
+    from protorl.config import Config
 
     steps_per_episode = -(-EPISODE_FRAMES // args.action_repeat)
     extra = {}
@@ -71,7 +72,7 @@ def build_config(args: argparse.Namespace, run_dir: Path):
         eval_every_frames=10**9, eval_episodes=1, snapshot_at_frames=[],
         log_every_episodes=1, tensorboard=False, progress_bar=False,
         threads=args.threads, run_dir=str(run_dir),
-        agent=AgentConfig(batch_size=16, hidden_dim=64, num_prototypes=32),
+        agent=ProtoConfig(batch_size=16, hidden_dim=64, num_prototypes=32),
         **extra,
     )
 
@@ -100,20 +101,23 @@ def main() -> None:
         parser.error("--episodes must be at least 2")
     every = args.every or max(1, args.episodes // 25)
 
-    from protorl.validate import validate
+    from protorl.callback import Callback
     from protorl.training import Trainer, prepare_process
+    from protorl.validate import validate
 
     samples: list[tuple[int, int, float, int, bool]] = []  # (episode, frames, rss MB, gc objects, ring wrapped)
     start = time.time()
 
-    class SoakTrainer(Trainer):
-        def _end_episode(self, *hook_args, **hook_kwargs) -> None:
-            super()._end_episode(*hook_args, **hook_kwargs)
-            episode = self.result.episodes
+    class Sampler(Callback):
+        def __init__(self, trainer: Trainer):
+            self.trainer = trainer
+
+        def on_episode_end(self, frames: int) -> None:
+            episode, replay = self.trainer.result.episodes, self.trainer.replay
             if episode % every == 0 or episode in (1, args.episodes):
-                wrapped = self.replay.num_written >= self.replay.capacity
-                samples.append((episode, self.frames, rss_mb(), len(gc.get_objects()), wrapped))
-                print(f"{episode:>8} {self.frames:>10} {samples[-1][2]:>9.1f} {samples[-1][3]:>11} "
+                wrapped = replay.num_written >= replay.capacity
+                samples.append((episode, frames, rss_mb(), len(gc.get_objects()), wrapped))
+                print(f"{episode:>8} {frames:>10} {samples[-1][2]:>9.1f} {samples[-1][3]:>11} "
                       f"{'yes' if wrapped else 'no':>8} {time.time() - start:>8.0f}", flush=True)
 
     with tempfile.TemporaryDirectory(prefix="protorl_soak_") as tmp:
@@ -124,7 +128,8 @@ def main() -> None:
               f"{cfg.action_repeat}), batch {cfg.agent.batch_size}, replay capacity {cfg.replay_capacity}, "
               f"{args.threads} thread(s), fast_malloc={cfg.fast_malloc}; python {sys.version.split()[0]}")
         rss_start = rss_mb()
-        trainer = SoakTrainer(cfg, "pretrain", cfg.env, Path(tmp) / "pretrain")
+        trainer = Trainer(cfg, "pretrain", cfg.env, Path(tmp) / "pretrain")
+        trainer.callbacks.append(Sampler(trainer))
         print(f"RSS before the trainer: {rss_start:.1f} MB, after building it: {rss_mb():.1f} MB")
         print(f"{'episode':>8} {'frames':>10} {'RSS MB':>9} {'gc objects':>11} {'wrapped':>8} {'time s':>8}")
         result = trainer.run()

@@ -8,12 +8,17 @@ never runs pickled code.
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 import re
 import shutil
 from pathlib import Path
 
 import torch
+
+from protorl.errors import CheckpointError, ProtorlError, UnreadableFileError
+
+log = logging.getLogger("protorl")
 
 # 2: per-agent optimisers, physical states, analysis state; 3: the projector with its statistics; 4: TensorBoard
 # file sizes, paths relative to the phase directory
@@ -22,18 +27,6 @@ CHECKPOINT_NAME = re.compile(r"checkpoint_(\d+)\.pt")
 # the free space a write needs: the file's estimated size times this, plus FREE_SPACE_SLACK_BYTES
 FREE_SPACE_FACTOR = 1.1
 FREE_SPACE_SLACK_BYTES = 2**20
-
-
-class SnapshotError(ValueError):
-    """A snapshot or checkpoint is missing, unreadable or does not fit; the message names file and problem."""
-
-
-class UnreadableFileError(SnapshotError):
-    """A file exists but cannot be read as a protorl file (truncated, corrupt or unsafe)."""
-
-
-class CheckpointError(RuntimeError):
-    """A snapshot or checkpoint cannot be written (e.g. the disk is full); the message names the file and why."""
 
 
 def payload_bytes(payload) -> int:
@@ -86,19 +79,20 @@ def write_text_atomic(path: Path, text: str) -> Path:
     return path
 
 
-def safe_load(path: str | Path, what: str) -> dict:
-    """Read a file written by `atomic_save` without executing pickled code; `what` names it in errors."""
+def safe_load(path: str | Path, what: str, error: type[ProtorlError]) -> dict:
+    """Read a file written by `atomic_save` without executing pickled code; `what` names it in errors, which are
+    `error` (`UnreadableFileError` for a file that is not whole)."""
     path = Path(path)
     if not path.is_file():
-        raise SnapshotError(f"{what} {path}: no such file")
+        raise error(f"{what} {path}: no such file")
     try:
         payload = torch.load(path, map_location="cpu", weights_only=True)
     except (MemoryError, InterruptedError):  # the machine's trouble, not the file's
         raise
-    except Exception as error:  # torch raises many types for corrupt, truncated or unsafe files
-        raise UnreadableFileError(f"{what} {path}: cannot be read as a protorl {what} ({error})") from None
+    except Exception as cause:  # torch raises many types for corrupt, truncated or unsafe files
+        raise UnreadableFileError(f"{what} {path}: cannot be read as a protorl {what} ({cause})") from None
     if not isinstance(payload, dict):
-        raise SnapshotError(f"{what} {path}: not a protorl {what}")
+        raise error(f"{what} {path}: not a protorl {what}")
     return payload
 
 
@@ -136,9 +130,24 @@ def remove_partial_writes(directory: Path) -> None:
 
 
 def load_checkpoint(path: Path) -> dict:
-    payload = safe_load(path, "checkpoint")
+    payload = safe_load(path, "checkpoint", CheckpointError)
     if payload.get("checkpoint_version") != CHECKPOINT_VERSION:
-        raise SnapshotError(f"checkpoint {path}: not a protorl checkpoint of version {CHECKPOINT_VERSION} (found "
-                            f"{payload.get('checkpoint_version')!r}, e.g. from an older protorl); start over with "
-                            "start_over=true or in a new run directory")
+        raise CheckpointError(f"checkpoint {path}: not a protorl checkpoint of version {CHECKPOINT_VERSION} (found "
+                              f"{payload.get('checkpoint_version')!r}, e.g. from an older protorl); start over with "
+                              "start_over=true or in a new run directory")
     return payload
+
+
+def load_newest_checkpoint(directory: Path) -> tuple[Path, dict] | None:
+    """The newest intact checkpoint in `directory` and its contents, or None if there is none. An unreadable
+    newest one (e.g. cut short by a full disk) is moved aside (`.unreadable`) with a warning and the one before it
+    used; `UnreadableFileError` if none before it is left."""
+    for path in reversed(list_checkpoints(directory)):
+        try:
+            return path, load_checkpoint(path)
+        except UnreadableFileError as error:
+            if not list_checkpoints(directory)[:-1]:
+                raise
+            log.warning("%s; moving it aside (.unreadable) and resuming from the checkpoint before it", error)
+            path.rename(path.with_suffix(".pt.unreadable"))
+    return None

@@ -39,7 +39,8 @@ def checked_config(cfg: DictConfig, command: str) -> tuple[Config, dict | None]:
     is refused, not dropped.
     """
     from protorl.envs import make_env
-    from protorl.snapshot import SnapshotError, load_snapshot
+    from protorl.errors import ProtorlError
+    from protorl.snapshot import load_snapshot
     from protorl.validate import validate
 
     pretrained = None
@@ -55,7 +56,7 @@ def checked_config(cfg: DictConfig, command: str) -> tuple[Config, dict | None]:
             for task in downstream_tasks(config):
                 pretrained = load_snapshot(config.snapshot, env_spec=make_env(task, config, seed=0).spec(),
                                            agent_config=config.agent)
-    except (ConfigError, SnapshotError, ValueError, OmegaConfBaseException) as error:
+    except (ProtorlError, ValueError, OmegaConfBaseException) as error:
         _exit_with(_one_line(error))
     return config, pretrained
 
@@ -98,6 +99,7 @@ _checked: dict[Path, tuple[Config, dict | None]] = {}  # a single run's config, 
 def run(cfg: DictConfig, command: str) -> None:
     """Validate the config (unless the callback did), claim the run directory, then run the phases of `command`;
     user errors exit with status 2, unwritable files too (naming the file)."""
+    from protorl.errors import ProtorlError
     from protorl.rundir import claim_run_dir, release_run_dir
 
     run_dir = Path(cfg.run_dir).resolve()
@@ -108,7 +110,7 @@ def run(cfg: DictConfig, command: str) -> None:
         config, pretrained = checked_config(cfg, command)
     try:
         run_dir = claim_run_dir(config)
-    except ConfigError as error:
+    except ProtorlError as error:
         _exit_with(error)
     try:
         _run_phases(config, command, run_dir, pretrained)
@@ -119,9 +121,10 @@ def run(cfg: DictConfig, command: str) -> None:
 
 
 def _run_phases(config: Config, command: str, run_dir: Path, pretrained: dict | None) -> None:
-    from protorl.checkpoint import CheckpointError, write_text_atomic
+    from protorl.checkpoint import write_text_atomic
+    from protorl.errors import ProtorlError
     from protorl.results.report import plot_run, summary
-    from protorl.snapshot import SnapshotError, load_snapshot
+    from protorl.snapshot import load_snapshot
     from protorl.tracking import finish_run, start_run
     from protorl.training import TrainingDiverged, prepare_process
 
@@ -139,17 +142,17 @@ def _run_phases(config: Config, command: str, run_dir: Path, pretrained: dict | 
     try:
         if command == "pretrain" or (command == "train" and pretrains):
             pretrain_task = config.pretrain_env or config.env
-            results.append(run_phase(config, "pretrain", pretrain_task, run_dir / "pretrain"))
+            results.append(run_phase(config, "pretrain", pretrain_task, run_dir / "pretrain", wandb_run=wandb_run))
         if command == "train" and pretrains:  # fine-tune from the file just written, as protorl-finetune would
             pretrained = load_snapshot(results[-1].snapshots[-1])
         if command in ("finetune", "train"):
             for task in downstream_tasks(config):  # one snapshot, each downstream task from scratch
                 results.append(run_phase(config, "finetune", task, run_dir / downstream_dir_name(config, task),
-                                         pretrained))
-    except (SnapshotError, CheckpointError) as error:
-        _exit_with(error)
-    except TrainingDiverged as error:
+                                         pretrained, wandb_run))
+    except TrainingDiverged as error:  # a ProtorlError, with its own exit status
         _exit_with(error, status=3)
+    except ProtorlError as error:
+        _exit_with(error)
     finally:
         finish_run(wandb_run)
     plot = plot_run(results, run_dir / "curves.png")
@@ -164,11 +167,14 @@ def _run_phases(config: Config, command: str, run_dir: Path, pretrained: dict | 
             _exit_with(error)
 
 
-def run_phase(config: Config, phase: str, task: str, out_dir: Path, pretrained: dict | None = None):
-    """Run one phase: skip it if complete, else continue from its newest intact checkpoint or start it.
+def run_phase(config: Config, phase: str, task: str, out_dir: Path, pretrained: dict | None = None,
+              wandb_run=None):
+    """Run one phase: skip it if complete, else continue from its newest intact checkpoint or start it; its logs
+    also go to `wandb_run` if given.
 
     `claim_run_dir` has made sure that what `out_dir` holds was made with these settings."""
     from protorl.checkpoint import drop_checkpoints
+    from protorl.tracking import phase_tracker
     from protorl.training import PhaseResult, Trainer
 
     done = PhaseResult.load(out_dir)
@@ -177,7 +183,7 @@ def run_phase(config: Config, phase: str, task: str, out_dir: Path, pretrained: 
         if not config.keep_checkpoints:  # a kill between result.json and the clean-up left them
             drop_checkpoints(out_dir / "checkpoints")
         return done
-    trainer = Trainer(config, phase, task, out_dir, pretrained)
+    trainer = Trainer(config, phase, task, out_dir, pretrained, phase_tracker(wandb_run, out_dir.name))
     checkpoint = trainer.resume_or_start()
     if checkpoint is not None:
         log.info("resuming %s from %s (frame %d)", phase, checkpoint, trainer.frames)

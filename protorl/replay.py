@@ -13,6 +13,7 @@ Optionally each slot also keeps the simulator's physical state when its frame wa
 
 from __future__ import annotations
 
+from collections import deque
 from dataclasses import dataclass
 
 import numpy as np
@@ -47,6 +48,8 @@ class ReplayBuffer:
                                 np.zeros((capacity, *physical_state_shape), dtype=np.float64))
         self.num_written = 0  # absolute index of the next slot to write
         self._current_episode_start = -1
+        # absolute indices of the episode-first frames from `_oldest_sampleable` on, where no transition ends
+        self._firsts_in_range: deque[int] = deque()
         self._rng = np.random.default_rng(seed)
 
     # -- writing ----------------------------------------------------------------------------------
@@ -74,7 +77,11 @@ class ReplayBuffer:
         self.discounts[slot] = discount
         self.is_first[slot] = first
         self.episode_start[slot] = self._current_episode_start
+        if first:
+            self._firsts_in_range.append(self.num_written)
         self.num_written += 1
+        while self._firsts_in_range and self._firsts_in_range[0] < self._oldest_sampleable:
+            self._firsts_in_range.popleft()
 
     # -- reading ----------------------------------------------------------------------------------
     @property
@@ -84,10 +91,7 @@ class ReplayBuffer:
 
     def __len__(self) -> int:
         """Number of transitions that `sample` can return."""
-        lo, hi = self._oldest_sampleable, self.num_written
-        if hi <= lo:
-            return 0
-        return int((~self.is_first[np.arange(lo, hi) % self.capacity]).sum())
+        return max(self.num_written - self._oldest_sampleable, 0) - len(self._firsts_in_range)
 
     def _frames_ending_at(self, ends: np.ndarray, count: int) -> np.ndarray:
         """The `count` frames up to absolute indices `ends` (N,), oldest first, never reaching back past
@@ -161,6 +165,8 @@ class ReplayBuffer:
         self.num_written = int(state["num_written"])
         self._current_episode_start = int(state["current_episode_start"])
         self._rng.bit_generator.state = state["rng"]
+        ends = np.arange(self._oldest_sampleable, self.num_written)
+        self._firsts_in_range = deque(ends[self.is_first[ends % self.capacity]].tolist())
 
     @property
     def nbytes(self) -> int:

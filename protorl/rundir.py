@@ -21,7 +21,9 @@ from pathlib import Path
 
 from omegaconf import OmegaConf
 
-from protorl.config import Config, ConfigError, downstream_dir_name, downstream_tasks
+from protorl.agents import agent_class
+from protorl.config import Config, downstream_dir_name, downstream_tasks
+from protorl.errors import ConfigError
 
 log = logging.getLogger("protorl")
 
@@ -95,7 +97,9 @@ def saved_config(run_dir: Path) -> Config:
     """The config a run directory was made with (its config.yaml, on today's schema)."""
     path = run_dir / CONFIG_FILE
     try:
-        return OmegaConf.to_object(OmegaConf.merge(OmegaConf.structured(Config), OmegaConf.load(path)))
+        saved = OmegaConf.load(path)
+        agent_schema = OmegaConf.structured(agent_class(str(saved.agent.name)).config_class)  # the agent's own keys
+        return OmegaConf.to_object(OmegaConf.merge(OmegaConf.structured(Config), {"agent": agent_schema}, saved))
     except Exception as error:  # unreadable, not YAML (e.g. cut short), or not this schema
         raise RunDirError(f"{path}: cannot be read as a protorl config ({_first_line(error)})") from None
 

@@ -9,8 +9,9 @@ from __future__ import annotations
 from pathlib import Path
 
 from protorl.agents import agent_class
-from protorl.checkpoint import SnapshotError, atomic_save, safe_load
+from protorl.checkpoint import atomic_save, safe_load
 from protorl.config import AgentConfig
+from protorl.errors import SnapshotError
 
 FORMAT_VERSION = 3  # 2: the projector as `linear` plus its statistics; 3: each agent's own config keys
 
@@ -32,7 +33,7 @@ ARCHITECTURE_KEYS = ("name", "feature_dim", "hidden_dim", "hidden_depth", "state
 def load_snapshot(path: str | Path, env_spec: dict | None = None, agent_config=None) -> dict:
     """Read a snapshot; check it was made for a matching env spec and agent architecture, if given."""
     path = Path(path)
-    payload = safe_load(path, "snapshot")
+    payload = safe_load(path, "snapshot", SnapshotError)
     if payload.get("format_version") != FORMAT_VERSION:
         raise SnapshotError(f"snapshot {path}: not a protorl snapshot of format version {FORMAT_VERSION} (found "
                             f"{payload.get('format_version')!r}; older snapshots predate each agent's own "

@@ -58,13 +58,9 @@ class PhaseTracker:
         self.run.log({f"{self.phase}/{tag}": wandb.Image(image), f"{self.phase}/frames": frames})
 
 
-def phase_tracker(cfg: Config, phase: str) -> PhaseTracker | None:
-    """A tracker for `phase` on the active W&B run, or None when wandb is off."""
-    if not cfg.wandb:
-        return None
-    import wandb
-
-    return PhaseTracker(wandb.run, phase)
+def phase_tracker(run, phase: str) -> PhaseTracker | None:
+    """A tracker for `phase` on the W&B run `start_run` returned, or None when there is none (wandb off)."""
+    return None if run is None else PhaseTracker(run, phase)
 
 
 def finish_run(run) -> None:

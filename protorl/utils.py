@@ -1,4 +1,4 @@
-"""Device choice, seeding, optimiser construction and allocator tuning."""
+"""Device choice, seeding, optimiser construction, allocator tuning and the process-wide settings of a run."""
 
 from __future__ import annotations
 
@@ -9,6 +9,8 @@ from collections.abc import Iterable
 
 import numpy as np
 import torch
+
+from protorl.config import Config
 
 
 def resolve_device(name: str) -> torch.device:
@@ -54,3 +56,12 @@ def tune_malloc() -> bool:
     except (OSError, AttributeError):
         return False
     return bool(ok_mmap and ok_trim)
+
+
+def prepare_process(cfg: Config) -> torch.device:
+    """Process-wide settings for a run: threads, allocator tuning; returns the device."""
+    if cfg.fast_malloc:
+        tune_malloc()
+    if cfg.threads is not None:
+        torch.set_num_threads(cfg.threads)
+    return resolve_device(cfg.device)

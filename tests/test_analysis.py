@@ -25,11 +25,10 @@ from protorl.analysis.coverage import (
 from protorl.analysis.maps import closest_samples, wall_rectangles
 from protorl.analysis.monitor import AnalysisMonitor
 from protorl.analysis.variance import proto_candidates, reward_variance, spread
-from protorl.checkpoint import SnapshotError
 from protorl.cli import analyze
 from protorl.config import Config, ConfigError
 from protorl.envs import DMCEnv
-from protorl.errors import ResultsError
+from protorl.errors import CheckpointError, ResultsError
 from protorl.logger import Logger
 from protorl.replay import ReplayBuffer
 from protorl.results.analyze import analyze_run
@@ -158,12 +157,12 @@ def test_agents_without_prototypes_get_coverage_and_a_map(tmp_path):
     monitor = AnalysisMonitor(cfg, env, object(), replay, Logger(tmp_path, (), tensorboard=False), tmp_path)
     time_step = env.reset()
     replay.add_first(time_step.frame, time_step.physical_state)
-    monitor.record(time_step.physical_state)
+    monitor.on_time_step(time_step)
     for _ in range(60):
         time_step = env.step(np.ones(2))
         replay.add(time_step.frame, np.ones(2), 0.0, 1.0, time_step.physical_state)
-        monitor.record(time_step.physical_state)
-    monitor.end_episode(120)
+        monitor.on_time_step(time_step)
+    monitor.on_episode_end(120)
     row = dict(read_csv(tmp_path / "analysis.csv")[1][0])
     assert row["frames"] == "120" and row["variance/proto_cv"] == ""
     assert 0 < float(row["coverage/entropy"]) < 1 and 0 < float(row["coverage/visited_fraction"]) < 1
@@ -221,7 +220,7 @@ def test_resuming_with_other_analysis_settings_is_refused_with_a_reason(tmp_path
     for other, reason in [(tiny_run_config(tmp_path, analysis_every_frames=None), "written with analyses on"),
                           (tiny_run_config(tmp_path, coverage_bins=7), "coverage histogram has shape (20, 20)")]:
         trainer = Trainer(other, "pretrain", cfg.env, tmp_path / f"other_{other.coverage_bins}")
-        with pytest.raises(SnapshotError, match=re.escape(reason)):
+        with pytest.raises(CheckpointError, match=re.escape(reason)):
             trainer.load_state_dict(state)
 
 

@@ -87,7 +87,7 @@ def test_downstream_seed_transitions_come_from_the_pretrained_actor(tmp_path):
                  replay_capacity=500, finetune_frames=800, snapshot_at_frames=[], checkpoint_every_frames=None,
                  eval_episodes=0, analysis_every_frames=None, tensorboard=False, progress_bar=False,
                  run_dir=str(tmp_path), agent=tiny_config("proto"))
-    explorer = make_agent("states", (4,), (2,), cfg.agent, torch.device("cpu"), "pretrain")
+    explorer = make_agent(cfg.agent, "states", (4,), (2,), torch.device("cpu"), "pretrain")
     with torch.no_grad():  # mean tanh(3) ~ +0.995 on both actions, std e^-10
         last = explorer.sac.actor.policy[-1]
         last.weight.zero_()

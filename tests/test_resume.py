@@ -12,7 +12,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from protorl.checkpoint import CHECKPOINT_VERSION, SnapshotError, list_checkpoints, load_checkpoint
+from protorl.checkpoint import CHECKPOINT_VERSION, list_checkpoints, load_checkpoint
+from protorl.errors import CheckpointError
 from protorl.snapshot import load_snapshot
 from tests.runs import TINY, assert_ok, read_csv, read_rows, run, start
 
@@ -89,7 +90,7 @@ def test_corrupt_checkpoint_is_refused_clearly(uninterrupted, tmp_path):
     path = list_checkpoints(uninterrupted / "pretrain" / "checkpoints")[-1]
     truncated = tmp_path / "checkpoint_1.pt"
     truncated.write_bytes(path.read_bytes()[: path.stat().st_size // 2])
-    with pytest.raises(SnapshotError, match=str(truncated)):
+    with pytest.raises(CheckpointError, match=str(truncated)):
         load_checkpoint(truncated)
 
 
@@ -107,7 +108,7 @@ def test_malicious_checkpoint_is_refused_not_executed(tmp_path):
     marker = tmp_path / "pickle_ran"
     path = tmp_path / "checkpoint_1.pt"
     torch.save({"checkpoint_version": CHECKPOINT_VERSION, "agent": _RunsCode(marker)}, path)
-    with pytest.raises(SnapshotError, match=str(path)):
+    with pytest.raises(CheckpointError, match=str(path)):
         load_checkpoint(path)
     assert not marker.exists()
     # the control: an unguarded load of the same file does run its code (so the check above can fail)
@@ -118,7 +119,7 @@ def test_malicious_checkpoint_is_refused_not_executed(tmp_path):
 def test_checkpoint_of_an_older_format_is_refused_with_a_way_out(tmp_path):
     path = tmp_path / "checkpoint_1000.pt"
     torch.save({"checkpoint_version": CHECKPOINT_VERSION - 1, "agent": {}}, path)
-    with pytest.raises(SnapshotError, match=rf"found {CHECKPOINT_VERSION - 1}.*start_over=true"):
+    with pytest.raises(CheckpointError, match=rf"found {CHECKPOINT_VERSION - 1}.*start_over=true"):
         load_checkpoint(path)
 
 

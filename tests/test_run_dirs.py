@@ -20,7 +20,8 @@ import pytest
 import torch
 from omegaconf import OmegaConf
 
-from protorl.checkpoint import CheckpointError, atomic_save, list_checkpoints
+from protorl.checkpoint import atomic_save, list_checkpoints
+from protorl.errors import CheckpointError
 from tests.runs import (
     STATES,
     assert_ok,

@@ -33,7 +33,7 @@ def test_wandb_is_off_by_default(tmp_path, monkeypatch):
     monkeypatch.setitem(sys.modules, "wandb", None)  # any `import wandb` from here on raises ImportError
     cfg = Config(run_dir=str(tmp_path))
     validate(cfg, "train")
-    assert start_run(cfg, tmp_path) is None and phase_tracker(cfg, "pretrain") is None
+    assert start_run(cfg, tmp_path) is None and phase_tracker(None, "pretrain") is None
     assert not (tmp_path / ID_FILE).exists()
 
 
@@ -50,7 +50,7 @@ def test_phase_metrics_reach_the_wandb_run(tmp_path, monkeypatch):
     monkeypatch.setenv("WANDB_SILENT", "true")
     wandb_run = wandb.init(mode="offline", dir=str(tmp_path), project="protorl-test")
     try:
-        logger = Logger(tmp_path / "finetune", (), tensorboard=False, tracker=PhaseTracker(wandb_run, "finetune"))
+        logger = Logger(tmp_path / "finetune", ("critic_loss",), tensorboard=False, tracker=PhaseTracker(wandb_run, "finetune"))
         logger.accumulate({"critic_loss": 2.0})
         logger.accumulate({"critic_loss": 4.0})
         logger.log_train({"frames": 1000, "episode_reward": 12.5})

@@ -207,6 +207,16 @@ class ProtoAgent(Agent):
         return sample_candidates(F.normalize(raw, dim=1), self.head.prototypes, generator,
                                  points=self.reward_points(raw))
 
+    @property
+    def prototypes(self) -> torch.Tensor:
+        """The M unit-norm prototypes C (M, D)."""
+        return self.head.prototypes
+
+    @property
+    def can_score(self) -> bool:
+        """Whether the queue holds the k candidates a reward needs."""
+        return self.queue.size >= self.cfg.knn_k
+
     @torch.no_grad()
     def score(self, raw: torch.Tensor) -> torch.Tensor:
         """The reward of projections raw (B, D) against the queue as it is: distance to the k-th nearest, (B, 1)."""

@@ -1,9 +1,9 @@
 """The pre-training analyses on a schedule: state coverage, figure 1's map and the reward variance.
 
-The trainer hands over every step's physical state (`record`, a list append) and calls `end_episode`;
-the states are binned there, once per episode, into a cumulative histogram of every state visited in
-the phase (unlike the ring buffer, it never forgets). Every `analysis_every_frames`, at the next episode
-end, and once at the end of the phase (`finish`), one row goes to `analysis.csv` and TensorBoard:
+A training callback (`protorl.callback`): every time step's physical state is kept (a list append) and,
+at the episode's end, binned into a cumulative histogram of every state visited in the phase (unlike the
+ring buffer, it never forgets). Every `analysis_every_frames`, at the next episode end, and once at the
+end of the phase, one row goes to `analysis.csv` and TensorBoard:
 
 - `coverage/entropy`, `coverage/visited_fraction`: of the cumulative histogram;
 - `coverage/replay_entropy`: of the states in the replay buffer now, the paper's reading of section 5.6
@@ -41,11 +41,11 @@ from protorl.analysis.maps import (
 )
 from protorl.analysis.random_reference import RandomPolicyCoverage
 from protorl.analysis.variance import embed, has_prototypes, reward_variance
-from protorl.checkpoint import SnapshotError
+from protorl.callback import Callback
 from protorl.config import Config
-from protorl.envs import DMCEnv, make_env
+from protorl.envs import DMCEnv, TimeStep, make_env
+from protorl.errors import CheckpointError
 from protorl.logger import CSVFile, Logger
-from protorl.proto import knn_reward
 from protorl.replay import ReplayBuffer
 
 COLUMNS = [
@@ -54,9 +54,12 @@ COLUMNS = [
     "variance/proto_mean", "variance/proto_std", "variance/proto_cv",
     "variance/uniform_mean", "variance/uniform_std", "variance/uniform_cv", "analysis/time_s",
 ]
+# why a checkpoint is refused when it was written with analyses on or off and this run has them the other way
+OTHER_SETTINGS = ("checkpoint was written with analyses {}: resume with the run's own analysis_every_frames, or "
+                  "start over with start_over=true")
 
 
-class AnalysisMonitor:
+class AnalysisMonitor(Callback):
     """Coverage, maps and reward variance of one pre-training phase, written into `out_dir`."""
 
     def __init__(self, cfg: Config, env: DMCEnv, agent, replay: ReplayBuffer, logger: Logger, out_dir: Path):
@@ -79,10 +82,10 @@ class AnalysisMonitor:
             self.probe_env = make_env(env.task, cfg, seed=cfg.seed)
         self.csv = CSVFile(out_dir / "analysis.csv", COLUMNS)
 
-    def record(self, physical_state: np.ndarray) -> None:
-        self._pending.append(physical_state)
+    def on_time_step(self, time_step: TimeStep) -> None:
+        self._pending.append(time_step.physical_state)
 
-    def end_episode(self, frames: int) -> None:
+    def on_episode_end(self, frames: int) -> None:
         """Bin the episode's states; analyse if an analysis is due."""
         if self.counts is not None and self._pending:
             self.counts += histogram(np.stack(self._pending), self.spec).reshape(self.spec.shape)
@@ -91,9 +94,9 @@ class AnalysisMonitor:
             self.analyze(frames)
             self.next_frames = (frames // self.every + 1) * self.every
 
-    def finish(self, frames: int) -> None:
-        """At the end of the phase: a last analysis (unless one just ran) and the maps' animation."""
-        self.end_episode(frames)
+    def on_phase_end(self, frames: int) -> None:
+        """A last analysis (unless one just ran) and the maps' animation."""
+        self.on_episode_end(frames)
         if self.last_frames != frames:
             self.analyze(frames)
         paths = map_paths(self.map_dir, frames)
@@ -134,10 +137,10 @@ class AnalysisMonitor:
         if has_prototypes(self.agent) and len(self.replay) > 0:
             ends = self.replay.sample_indices(self.cfg.map_samples, rng)
             closest = closest_samples(F.normalize(embed(self.agent, self.replay.stack_at(ends)), dim=1),
-                                      self.agent.head.prototypes)
+                                      self.agent.prototypes)
             states = self.replay.physical_states[ends[closest.cpu().numpy()] % self.replay.capacity]
             prototype_xy = states[:, self.spec.columns]  # (M, 2)
-        if self.probe_env is not None and self.agent.queue.size >= self.cfg.agent.knn_k:
+        if self.probe_env is not None and self.agent.can_score:
             reward = reward_field(self._score, self.probe_env, self.spec, self.walls)
         image = render_map(self.counts, self.spec, self.walls, prototype_xy, f"state visitation, {frames} frames",
                            reward)
@@ -148,8 +151,7 @@ class AnalysisMonitor:
     @torch.no_grad()
     def _score(self, obs: np.ndarray) -> np.ndarray:
         """The agent's intrinsic reward of observations (N, *obs_shape) against its queue now, unchanged: (N,)."""
-        points = self.agent.reward_points(embed(self.agent, obs))
-        return knn_reward(points, self.agent.queue.filled(), self.cfg.agent.knn_k).squeeze(1).cpu().numpy()
+        return self.agent.score(embed(self.agent, obs)).squeeze(1).cpu().numpy()
 
     # -- checkpoints -------------------------------------------------------------------------------------
     def reset(self) -> None:
@@ -161,21 +163,48 @@ class AnalysisMonitor:
     def state_dict(self) -> dict:
         pending = np.stack(self._pending) if self._pending else np.zeros((0, 0))
         self.csv.sync()
-        return {"next_frames": self.next_frames, "last_frames": self.last_frames, "csv": self.csv.tell(),
-                "counts": None if self.counts is None else torch.from_numpy(self.counts.copy()),
-                "pending": torch.from_numpy(pending),
-                "probes": None if self.probes is None else torch.from_numpy(self.probes.copy())}
+        return {"monitor": {
+            "next_frames": self.next_frames, "last_frames": self.last_frames, "csv": self.csv.tell(),
+            "counts": None if self.counts is None else torch.from_numpy(self.counts.copy()),
+            "pending": torch.from_numpy(pending),
+            "probes": None if self.probes is None else torch.from_numpy(self.probes.copy())}}
 
-    def load_state_dict(self, state: dict) -> None:
+    def load_state_dict(self, checkpoint: dict) -> None:
         """Continue from `state_dict()`; rows written after it are dropped from `analysis.csv`."""
+        state = checkpoint["monitor"]
+        if state is None:
+            raise CheckpointError(OTHER_SETTINGS.format("off"))
         saved_shape = None if state["counts"] is None else tuple(state["counts"].shape)
         if saved_shape != (None if self.counts is None else self.counts.shape):
-            raise SnapshotError(f"checkpoint's coverage histogram has shape {saved_shape}, this run's "
-                                f"{None if self.counts is None else self.counts.shape}: resume with the run's own "
-                                "coverage_bins, or start over with start_over=true")
+            raise CheckpointError(f"checkpoint's coverage histogram has shape {saved_shape}, this run's "
+                                  f"{None if self.counts is None else self.counts.shape}: resume with the run's "
+                                  "own coverage_bins, or start over with start_over=true")
         self.next_frames, self.last_frames = int(state["next_frames"]), int(state["last_frames"])
         self.csv.truncate(state["csv"])
         if self.counts is not None:
             self.counts[...] = state["counts"].numpy()
         self._pending = list(state["pending"].numpy())
         self.probes = None if state["probes"] is None else state["probes"].numpy()
+
+
+class NoAnalyses(Callback):
+    """A phase without analyses: its checkpoints say so, and one written with analyses is refused."""
+
+    def state_dict(self) -> dict:
+        return {"monitor": None}
+
+    def load_state_dict(self, checkpoint: dict) -> None:
+        if checkpoint["monitor"] is not None:
+            raise CheckpointError(OTHER_SETTINGS.format("on"))
+
+
+def runs_analyses(cfg: Config, phase: str) -> bool:
+    """Whether `phase` runs the analyses (pre-training with `analysis_every_frames`): its replay keeps every
+    frame's physical state for them."""
+    return phase == "pretrain" and cfg.analysis_every_frames is not None
+
+
+def phase_analyses(cfg: Config, phase: str, env: DMCEnv, agent, replay: ReplayBuffer, logger: Logger,
+                   out_dir: Path) -> Callback:
+    """The analyses of `phase` as a training callback: `AnalysisMonitor` if it runs them, else `NoAnalyses`."""
+    return AnalysisMonitor(cfg, env, agent, replay, logger, out_dir) if runs_analyses(cfg, phase) else NoAnalyses()

@@ -1,0 +1,88 @@
+"""A pre-trained representation in your own code: `load_pretrained(path)` reads a snapshot into a frozen agent.
+
+    from protorl import load_pretrained
+    pretrained = load_pretrained("runs/.../pretrain/snapshots/snapshot_500000.pt")
+    features = pretrained.encode(frames)          # uint8 (B, C, H, W) or one (C, H, W) -> (B, R) / (R,)
+    action = pretrained.act(frame)                # the exploration actor's mean action, in [-1, 1]
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from protorl.agents import Agent, ProtoAgent, agent_class
+from protorl.errors import SnapshotError
+from protorl.snapshot import load_snapshot
+from protorl.utils import resolve_device
+
+
+class Pretrained:
+    """A snapshot's frozen representation (encoder, and for Proto-RL its projector and prototypes) and its
+    exploration actor, with the environment spec it was pre-trained on."""
+
+    def __init__(self, agent: Agent, env_spec: dict, config: dict, frames: int):
+        self.agent, self.env_spec, self.config, self.frames = agent, env_spec, config, frames
+        self.device = agent.device
+
+    @property
+    def obs_shape(self) -> tuple[int, ...]:
+        """One observation's shape, e.g. (9, 84, 84) for 3 stacked RGB frames."""
+        return tuple(self.env_spec["obs_shape"])
+
+    @property
+    def prototypes(self) -> torch.Tensor | None:
+        """The M unit-norm prototypes (M, D) of a Proto-RL snapshot; None for other agents."""
+        return self.agent.head.prototypes.detach() if isinstance(self.agent, ProtoAgent) else None
+
+    @torch.no_grad()
+    def encode(self, obs: np.ndarray | torch.Tensor) -> torch.Tensor:
+        """Observations (B, *obs_shape), or one (*obs_shape), as stored by the env (uint8 pixels, float states)
+        -> the frozen encoder's features (B, R), or (R,), on the snapshot's device."""
+        features = self.agent.encoder(self._batch(obs))
+        return features[0] if obs.ndim == len(self.obs_shape) else features
+
+    @torch.no_grad()
+    def project(self, obs: np.ndarray | torch.Tensor) -> torch.Tensor:
+        """Proto-RL only: observations -> L2-normalised projections z (B, D), the prototypes' space."""
+        if not isinstance(self.agent, ProtoAgent):
+            raise SnapshotError(f"a snapshot of agent {self.agent.name!r} has no projector: project() needs Proto-RL")
+        z = torch.nn.functional.normalize(self.agent.embed(self._batch(obs)), dim=1)
+        return z[0] if obs.ndim == len(self.obs_shape) else z
+
+    def act(self, obs: np.ndarray, sample: bool = False) -> np.ndarray:
+        """One observation -> the exploration actor's action in [-1, 1] (its mean, or a sample)."""
+        return self.agent.act(np.asarray(obs), sample)
+
+    def _batch(self, obs: np.ndarray | torch.Tensor) -> torch.Tensor:
+        obs = torch.as_tensor(obs, device=self.device)
+        if obs.ndim == len(self.obs_shape):
+            obs = obs.unsqueeze(0)
+        if tuple(obs.shape[1:]) != self.obs_shape:
+            raise ValueError(f"observations of shape {tuple(obs.shape)}: this snapshot expects (B, "
+                             f"{', '.join(map(str, self.obs_shape))}) or one observation {self.obs_shape}")
+        return obs
+
+
+def load_pretrained(path: str | Path, device: str | torch.device = "auto") -> Pretrained:
+    """Read a pre-training snapshot (`SnapshotError` if it is not one) into a frozen `Pretrained` on `device`
+    ("auto": CUDA when available)."""
+    payload = load_snapshot(path)
+    saved = dict(payload["config"]["agent"])
+    cls = agent_class(saved.get("name", ""))
+    fields = {f.name for f in dataclasses.fields(cls.config_class)}
+    unknown = sorted(set(saved) - fields)
+    if unknown:
+        raise SnapshotError(f"snapshot {path}: its agent config has keys {', '.join(unknown)} that agent "
+                            f"{cls.name!r} does not know")
+    spec = payload["env_spec"]
+    device = resolve_device(device) if isinstance(device, str) else device
+    agent = cls(spec["obs_type"], tuple(spec["obs_shape"]), tuple(spec["action_shape"]), cls.config_class(**saved),
+                device, "frozen")
+    agent.load_pretrained(payload["agent"])
+    if not cls.loads_pretrained_actor:  # the snapshot's exploration actor, whatever the agent does downstream
+        agent.sac.actor.load_state_dict(payload["agent"]["actor"])
+    return Pretrained(agent, spec, payload["config"], int(payload["frames"]))

@@ -1,0 +1,75 @@
+"""Evaluation: episodes with the policy's mean action, on an environment of their own."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+import numpy as np
+
+from protorl.agents import Agent
+from protorl.callback import Callback
+from protorl.config import Config
+from protorl.envs import DMCEnv
+from protorl.logger import Logger
+from protorl.training.result import PhaseResult
+
+
+class Evaluation(Callback):
+    """Every `eval_every_frames` and at the end of a phase that evaluates: `eval_episodes` episodes, their mean
+    return to eval.csv and the result, the first one's video (`save_video`) to videos/."""
+
+    def __init__(self, cfg: Config, env: DMCEnv, agent: Agent, logger: Logger, result: PhaseResult,
+                 elapsed: Callable[[], float]):
+        """`elapsed`: the phase's wall time so far, in seconds."""
+        self.cfg, self.env, self.agent = cfg, env, agent
+        self.logger, self.result, self.elapsed = logger, result, elapsed
+        self.evaluates = cfg.eval_episodes > 0 and (result.phase == "finetune" or cfg.eval_during_pretrain)
+        self.next_frames = 0
+
+    def before_step(self, frames: int) -> None:
+        if self.evaluates and frames >= self.next_frames:
+            self.evaluate(frames)
+            self.next_frames += self.cfg.eval_every_frames
+
+    def on_phase_end(self, frames: int) -> None:
+        if self.evaluates:
+            self.evaluate(frames)
+
+    def evaluate(self, frames: int) -> None:
+        """Run `eval_episodes` episodes with the policy's mean action; log their mean return."""
+        rewards = []
+        video_frames: list[np.ndarray] = []
+        record = self.cfg.save_video
+        for _ in range(self.cfg.eval_episodes):
+            time_step = self.env.reset()
+            total = 0.0
+            while True:
+                if record:
+                    video_frames.append(self.env.render(self.cfg.video_size))
+                time_step = self.env.step(self.agent.act(time_step.obs, sample=False))
+                total += time_step.reward
+                if time_step.last:
+                    break
+            rewards.append(total)
+            record = False  # one video per evaluation: its first episode
+        mean = float(np.mean(rewards))
+        self.logger.log_eval({"frames": frames, "agent_steps": frames // self.env.action_repeat,
+                              "episode_reward": mean, "episode_reward_std": float(np.std(rewards)),
+                              "episodes": len(rewards), "total_time_s": self.elapsed()})
+        self.result.eval_rewards.append((frames, mean))
+        if video_frames:
+            _write_video(self.result.out_dir / "videos" / f"eval_{frames}.mp4", video_frames)
+
+    def state_dict(self) -> dict:
+        return {"next_eval_frames": self.next_frames}
+
+    def load_state_dict(self, checkpoint: dict) -> None:
+        self.next_frames = int(checkpoint["next_eval_frames"])
+
+
+def _write_video(path: Path, frames: list[np.ndarray]) -> None:
+    import imageio
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    imageio.mimsave(path, frames, fps=30, macro_block_size=1)

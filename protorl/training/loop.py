@@ -1,0 +1,196 @@
+"""The training loop of one phase (pre-training or fine-tuning), counted in environment frames.
+
+An agent step applies one action for `action_repeat` frames; frames = agent_steps * action_repeat. What the
+phase does besides the loop (evaluation, snapshots, logs, analyses, checkpoints) its callbacks do.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from pathlib import Path
+
+import numpy as np
+
+from protorl.agents import make_agent
+from protorl.analysis.monitor import phase_analyses, runs_analyses
+from protorl.callback import Callback
+from protorl.checkpoint import drop_checkpoints, list_checkpoints, load_newest_checkpoint, remove_partial_writes
+from protorl.config import EVAL_SEED_OFFSET, Config
+from protorl.envs import TimeStep, make_env
+from protorl.errors import CheckpointError, TrainingDiverged
+from protorl.logger import Logger
+from protorl.replay import ReplayBuffer
+from protorl.snapshot import check_architecture, check_spec
+from protorl.tracking import PhaseTracker
+from protorl.training.checkpoints import Checkpoints
+from protorl.training.evaluation import Evaluation
+from protorl.training.progress import ProgressLog
+from protorl.training.result import PhaseResult
+from protorl.training.snapshots import Snapshots
+from protorl.training.state import capture_rngs, restore_rngs
+from protorl.utils import resolve_device, set_seed
+
+
+class Trainer:
+    """Runs one phase of one agent on one task and writes its logs, snapshots and videos to `out_dir`."""
+
+    def __init__(self, cfg: Config, phase: str, task: str, out_dir: Path, pretrained: dict | None = None,
+                 tracker: PhaseTracker | None = None):
+        """`pretrained`: for phase "finetune", a snapshot read by `protorl.snapshot.load_snapshot`; without
+        one the downstream agent learns its representation from the task reward (DrQ, figure 14). `tracker`:
+        also send the logs to a W&B run (`protorl.tracking.phase_tracker`)."""
+        self.cfg, self.phase, self.task, self.out_dir = cfg, phase, task, out_dir
+        set_seed(cfg.seed)
+        self.device = resolve_device(cfg.device)
+        self.env = make_env(task, cfg, seed=cfg.seed)
+        self.eval_env = make_env(task, cfg, seed=cfg.seed + EVAL_SEED_OFFSET)
+        mode = "pretrain" if phase == "pretrain" else "online" if pretrained is None else "frozen"
+        self.agent = make_agent(cfg.agent, self.env.obs_type, self.env.obs_shape, self.env.action_shape,
+                                self.device, mode)
+        if pretrained is not None:
+            source = Path(pretrained.get("path", "<snapshot>"))
+            check_spec(source, pretrained["env_spec"], self.env.spec())
+            check_architecture(source, pretrained["config"].get("agent", {}), cfg.agent)
+            self.agent.load_pretrained(pretrained["agent"])
+        # downstream from a snapshot, the pre-trained exploration actor collects the seed transitions (the paper's
+        # code: its random steps are the run's first ones only); otherwise they are uniform-random actions
+        self.seeds_with_actor = pretrained is not None and self.agent.loads_pretrained_actor
+        keeps_states = runs_analyses(cfg, phase)
+        self.replay = ReplayBuffer(self.env.frame_shape, self.env.frame_dtype, self.env.action_shape,
+                                   cfg.replay_capacity, self.env.frame_stack, seed=cfg.seed,
+                                   physical_state_shape=self.env.physical_state_shape if keeps_states else None)
+        self.logger = Logger(out_dir, self.agent.metric_names(), tensorboard=cfg.tensorboard,
+                             tracker=tracker)
+        self.total_frames = cfg.pretrain_frames if phase == "pretrain" else cfg.finetune_frames
+        self.total_steps = self.total_frames // self.env.action_repeat
+        self.agent_steps = 0
+        self.updates = 0  # agent updates so far; the SAC and EMA schedules count these
+        self.checkpoint_dir = out_dir / "checkpoints"
+        self.result = PhaseResult(phase, task, 0, 0, 0.0, out_dir)
+        self._rng = np.random.default_rng(cfg.seed)  # the seed transitions' uniform-random actions
+        self._elapsed_before = 0.0  # wall time of the run before a resume
+        self._start = time.time()
+        # in the order their hooks run: evaluation and snapshots before a step; at an episode's end the train.csv
+        # row, the analyses, then a checkpoint of what they all did
+        self.callbacks: list[Callback] = [
+            Evaluation(cfg, self.eval_env, self.agent, self.logger, self.result, self.elapsed),
+            Snapshots(cfg, self.total_frames, self.env, self.agent, self.result),
+            ProgressLog(cfg, self.total_steps * self.env.action_repeat, self.env.action_repeat, self.agent,
+                        self.logger, self.result, self.elapsed),
+            phase_analyses(cfg, phase, self.env, self.agent, self.replay, self.logger, out_dir),
+            Checkpoints(cfg, self.checkpoint_dir, self.state_dict),
+        ]
+
+    @property
+    def frames(self) -> int:
+        return self.agent_steps * self.env.action_repeat
+
+    def elapsed(self) -> float:
+        """Wall time of the phase so far in seconds, resumed runs' earlier attempts included."""
+        return self._elapsed_before + time.time() - self._start
+
+    def run(self) -> PhaseResult:
+        """Train to the phase's frame budget (from a resumed checkpoint, if one was loaded)."""
+        self._start = time.time()
+        self._notify("on_phase_start", self.frames)
+        time_step = self._begin_episode()
+        while self.agent_steps < self.total_steps:
+            self._notify("before_step", self.frames)
+            seeding = self.agent_steps < self.cfg.seed_transitions
+            action = self._act(time_step, seeding)
+            if not seeding and len(self.replay) > 0 and self.agent_steps % self.cfg.update_every_steps == 0:
+                self._update()
+            time_step = self.env.step(action)
+            self.replay.add(time_step.frame, action, time_step.reward, time_step.discount, self._kept_state(time_step))
+            self.agent_steps += 1
+            self._notify("on_time_step", time_step)
+            if time_step.last:
+                self.result.episodes += 1
+                self._notify("on_episode_end", self.frames)
+                time_step = self._begin_episode()
+        self._notify("on_phase_end", self.frames)
+        self.logger.close()
+        self.result.frames = self.frames
+        self.result.wall_time_s = self.elapsed()
+        self.result.save()
+        if not self.cfg.keep_checkpoints:
+            drop_checkpoints(self.checkpoint_dir)
+        return self.result
+
+    def _act(self, time_step: TimeStep, seeding: bool) -> np.ndarray:
+        """A policy sample; while seeding, a uniform-random action (unless the pre-trained actor seeds)."""
+        if seeding and not self.seeds_with_actor:
+            return self._rng.uniform(-1.0, 1.0, size=self.env.action_shape).astype(np.float32)
+        return self.agent.act(time_step.obs, sample=True)
+
+    def _update(self) -> None:
+        metrics = self.agent.update(self.replay.sample(self.cfg.agent.batch_size, self.device), self.updates)
+        self._check_finite(metrics)
+        self.logger.accumulate(metrics)
+        self.updates += 1
+
+    def _begin_episode(self) -> TimeStep:
+        time_step = self.env.reset()
+        self.replay.add_first(time_step.frame, self._kept_state(time_step))
+        self._notify("on_time_step", time_step)
+        return time_step
+
+    def _kept_state(self, time_step: TimeStep) -> np.ndarray | None:
+        """The physical state the replay keeps next to the frame: only if it keeps them (for the analyses)."""
+        return time_step.physical_state if self.replay.physical_states is not None else None
+
+    def _notify(self, hook: str, *args) -> None:
+        """Call `hook` (a `Callback` method's name) of every callback, in order."""
+        for callback in self.callbacks:
+            getattr(callback, hook)(*args)
+
+    def _check_finite(self, metrics: dict[str, float]) -> None:
+        bad = sorted(key for key, value in metrics.items() if not math.isfinite(value))
+        if bad:
+            checkpoints = list_checkpoints(self.checkpoint_dir)
+            last = f"the last good checkpoint is {checkpoints[-1]}" if checkpoints else "no checkpoint was written"
+            raise TrainingDiverged(f"{self.phase} stopped at frame {self.frames}: non-finite "
+                                   f"{', '.join(bad)} ({', '.join(f'{k}={metrics[k]}' for k in bad)}); {last}")
+
+    # -- checkpoints -------------------------------------------------------------------------------------
+    def state_dict(self) -> dict:
+        """Everything needed to continue this phase exactly: taken at an episode end, before the reset."""
+        state = {"phase": self.phase, "task": self.task, "seed": self.cfg.seed,
+                 "agent_steps": self.agent_steps, "updates": self.updates, **self.result.state_dict(),
+                 "elapsed_s": self.elapsed(), "agent": self.agent.state_dict(), "replay": self.replay.state_dict(),
+                 "logger": self.logger.state_dict(self.frames),
+                 "rng": capture_rngs(self._rng, self.env, self.eval_env)}
+        for callback in self.callbacks:
+            state.update(callback.state_dict())
+        return state
+
+    def load_state_dict(self, state: dict) -> None:
+        """Continue from `state_dict()`; `CheckpointError` if it is of another phase, task or seed, or of other
+        settings that its callbacks refuse."""
+        if (state["phase"], state["task"], state["seed"]) != (self.phase, self.task, self.cfg.seed):
+            raise CheckpointError(f"checkpoint is of {state['phase']} on {state['task']} seed {state['seed']}, "
+                                  f"not {self.phase} on {self.task} seed {self.cfg.seed}")
+        for callback in self.callbacks:  # first: they refuse a checkpoint of other settings before the logs are cut
+            callback.load_state_dict(state)
+        self.agent_steps, self.updates = int(state["agent_steps"]), int(state["updates"])
+        self.result.load_state_dict(state)
+        self._elapsed_before = float(state["elapsed_s"])
+        self.agent.load_state_dict(state["agent"])
+        self.replay.load_state_dict(state["replay"])
+        self.logger.load_state_dict(state["logger"])
+        restore_rngs(state["rng"], self._rng, self.env, self.eval_env)
+
+    def resume_or_start(self) -> Path | None:
+        """Continue from this phase's newest intact checkpoint and return its path; without one, start afresh,
+        dropping whatever an earlier attempt logged. Temporary files of a killed write go."""
+        for directory in (self.checkpoint_dir, self.out_dir / "snapshots"):
+            remove_partial_writes(directory)
+        newest = load_newest_checkpoint(self.checkpoint_dir)
+        if newest is None:
+            self.logger.reset()
+            self._notify("reset")
+            return None
+        path, state = newest
+        self.load_state_dict(state)
+        return path
