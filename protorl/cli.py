@@ -24,7 +24,7 @@ from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
 from protorl.agents import AGENTS
-from protorl.config import Config, ConfigError, downstream_dir_name, downstream_tasks
+from protorl.config import Config, ConfigError
 
 log = logging.getLogger("protorl")
 ConfigStore.instance().store(name="protorl_schema", node=Config)
@@ -38,24 +38,15 @@ def checked_config(cfg: DictConfig, command: str) -> tuple[Config, dict | None]:
     `cfg`: the composed config without Hydra's node; a key the schema does not know (e.g. added with `+`)
     is refused, not dropped.
     """
-    from protorl.envs import make_env
+    from protorl.commands import check
     from protorl.errors import ProtorlError
-    from protorl.snapshot import load_snapshot
-    from protorl.validate import validate
 
-    pretrained = None
     try:
         unknown = _unknown_keys(cfg, Config)
         if unknown:  # Hydra adds keys given with `+`; the typed config would drop them silently
             raise ConfigError(f"unknown config key {', '.join(unknown)}: not a protorl setting (protorl/config.py)")
         config: Config = OmegaConf.to_object(OmegaConf.merge(OmegaConf.structured(Config), cfg))
-        if config.snapshot:  # the run directory records where its snapshot came from, wherever it was run
-            config.snapshot = str(Path(config.snapshot).resolve())
-        validate(config, command)
-        if command == "finetune" and config.snapshot:  # refuse a missing or mismatched snapshot before any work
-            for task in downstream_tasks(config):
-                pretrained = load_snapshot(config.snapshot, env_spec=make_env(task, config, seed=0).spec(),
-                                           agent_config=config.agent)
+        pretrained = check(config, command)
     except (ProtorlError, ValueError, OmegaConfBaseException) as error:
         _exit_with(_one_line(error))
     return config, pretrained
@@ -121,73 +112,26 @@ def run(cfg: DictConfig, command: str) -> None:
 
 
 def _run_phases(config: Config, command: str, run_dir: Path, pretrained: dict | None) -> None:
-    from protorl.checkpoint import write_text_atomic
-    from protorl.errors import ProtorlError
+    """Run the phases (`protorl.commands.run_phases`), then print the summary and, after pre-training with
+    analyses, what protorl-analyze prints."""
+    from protorl.commands import run_phases
+    from protorl.errors import ProtorlError, ResultsError, TrainingDiverged
+    from protorl.results.analyze import analyze_run
     from protorl.results.report import plot_run, summary
-    from protorl.snapshot import load_snapshot
-    from protorl.tracking import finish_run, start_run
-    from protorl.training import TrainingDiverged, prepare_process
 
-    if not (run_dir / "config.yaml").exists():  # a continued run keeps the record it was made with
-        write_text_atomic(run_dir / "config.yaml", OmegaConf.to_yaml(OmegaConf.structured(config)))
-    device = prepare_process(config)
-    log.info("run directory %s, device %s", run_dir, device)
-    wandb_run = start_run(config, run_dir)
-
-    results = []
-    pretrains = AGENTS[config.agent.name].supports("pretrain") and config.pretrain_frames > 0
-    if command == "train" and not pretrains:
-        log.info("no pre-training (agent=%s, pretrain_frames=%d): the downstream agent learns its "
-                 "representation from the task reward", config.agent.name, config.pretrain_frames)
     try:
-        if command == "pretrain" or (command == "train" and pretrains):
-            pretrain_task = config.pretrain_env or config.env
-            results.append(run_phase(config, "pretrain", pretrain_task, run_dir / "pretrain", wandb_run=wandb_run))
-        if command == "train" and pretrains:  # fine-tune from the file just written, as protorl-finetune would
-            pretrained = load_snapshot(results[-1].snapshots[-1])
-        if command in ("finetune", "train"):
-            for task in downstream_tasks(config):  # one snapshot, each downstream task from scratch
-                results.append(run_phase(config, "finetune", task, run_dir / downstream_dir_name(config, task),
-                                         pretrained, wandb_run))
+        results = run_phases(config, command, run_dir, pretrained)
     except TrainingDiverged as error:  # a ProtorlError, with its own exit status
         _exit_with(error, status=3)
     except ProtorlError as error:
         _exit_with(error)
-    finally:
-        finish_run(wandb_run)
     plot = plot_run(results, run_dir / "curves.png")
     print(summary(results, plot), flush=True)
     if (run_dir / "pretrain" / "analysis.csv").is_file():  # what protorl-analyze RUN_DIR prints and plots
-        from protorl.errors import ResultsError
-        from protorl.results.analyze import analyze_run
-
         try:
             print(analyze_run(run_dir), flush=True)
         except ResultsError as error:
             _exit_with(error)
-
-
-def run_phase(config: Config, phase: str, task: str, out_dir: Path, pretrained: dict | None = None,
-              wandb_run=None):
-    """Run one phase: skip it if complete, else continue from its newest intact checkpoint or start it; its logs
-    also go to `wandb_run` if given.
-
-    `claim_run_dir` has made sure that what `out_dir` holds was made with these settings."""
-    from protorl.checkpoint import drop_checkpoints
-    from protorl.tracking import phase_tracker
-    from protorl.training import PhaseResult, Trainer
-
-    done = PhaseResult.load(out_dir)
-    if done is not None:
-        log.info("%s already complete in %s", phase, out_dir)
-        if not config.keep_checkpoints:  # a kill between result.json and the clean-up left them
-            drop_checkpoints(out_dir / "checkpoints")
-        return done
-    trainer = Trainer(config, phase, task, out_dir, pretrained, phase_tracker(wandb_run, out_dir.name))
-    checkpoint = trainer.resume_or_start()
-    if checkpoint is not None:
-        log.info("resuming %s from %s (frame %d)", phase, checkpoint, trainer.frames)
-    return trainer.run()
 
 
 def _exit_with(error: Exception | str, status: int = 2) -> None:

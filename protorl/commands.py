@@ -1,0 +1,132 @@
+"""What protorl-pretrain, protorl-finetune and protorl-train do, as Python functions.
+
+    import protorl
+    from protorl.agents.proto import ProtoConfig
+    results = protorl.train(env="point_mass_maze_reach_top_left", pretrain_env="point_mass_maze_explore",
+                            obs="states", pretrain_frames=30_000, finetune_frames=10_000,
+                            agent=ProtoConfig(batch_size=32), run_dir="runs/mine")
+
+They take the typed `Config` (or its fields as keywords), check it as the commands do, keep the run directory's
+contract (a rerun continues or skips what is there; other settings are refused) and return the phases'
+`PhaseResult`s. A user error raises a `protorl.errors.ProtorlError` naming what to change.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+from pathlib import Path
+
+from omegaconf import MISSING, OmegaConf
+
+from protorl.agents import AGENTS, agent_config
+from protorl.checkpoint import drop_checkpoints, write_text_atomic
+from protorl.config import Config, ConfigError, downstream_dir_name, downstream_tasks
+from protorl.envs import make_env
+from protorl.rundir import claim_run_dir, release_run_dir
+from protorl.snapshot import load_snapshot
+from protorl.tracking import finish_run, phase_tracker, start_run
+from protorl.training import PhaseResult, Trainer, prepare_process
+from protorl.validate import validate
+
+log = logging.getLogger("protorl")
+COMMANDS = ("pretrain", "finetune", "train")
+
+
+def pretrain(config: Config | None = None, **fields) -> list[PhaseResult]:
+    """Task-agnostic pre-training (`protorl-pretrain`); its snapshots are in the result's `snapshots`."""
+    return run_command(configured(config, fields), "pretrain")
+
+
+def finetune(config: Config | None = None, **fields) -> list[PhaseResult]:
+    """Downstream RL from `snapshot` on `env` (or each of `finetune_envs`) (`protorl-finetune`)."""
+    return run_command(configured(config, fields), "finetune")
+
+
+def train(config: Config | None = None, **fields) -> list[PhaseResult]:
+    """Pre-training, then fine-tuning from its last snapshot (`protorl-train`)."""
+    return run_command(configured(config, fields), "train")
+
+
+def configured(config: Config | None, fields: dict) -> Config:
+    """A copy of `config` (default: the paper's `Config()`) with `fields` replaced; `ConfigError` for a field
+    `Config` does not have, or without a `run_dir`."""
+    config = config or Config()
+    unknown = sorted(set(fields) - {f.name for f in dataclasses.fields(Config)})
+    if unknown:
+        raise ConfigError(f"unknown config key {', '.join(unknown)}: not a protorl setting (protorl/config.py)")
+    config = dataclasses.replace(config, **fields)
+    if config.run_dir is MISSING:
+        raise ConfigError("run_dir is required: the directory the run writes into (or continues)")
+    return config
+
+
+def check(config: Config, command: str) -> dict | None:
+    """Check `config` for `command` (one of `COMMANDS`) before anything is written; for finetune, read and check
+    its snapshot and return it. `snapshot` is made absolute, so the run directory records where it came from."""
+    if config.snapshot:
+        config.snapshot = str(Path(config.snapshot).resolve())
+    validate(config, command)
+    config.agent = agent_config(config.agent)  # a plain AgentConfig gets its agent's own fields, as recorded
+    pretrained = None
+    if command == "finetune" and config.snapshot:  # refuse a missing or mismatched snapshot before any work
+        for task in downstream_tasks(config):
+            pretrained = load_snapshot(config.snapshot, env_spec=make_env(task, config, seed=0).spec(),
+                                       agent_config=config.agent)
+    return pretrained
+
+
+def run_command(config: Config, command: str) -> list[PhaseResult]:
+    """Check `config`, claim its run directory, run the phases of `command` and release the directory."""
+    pretrained = check(config, command)
+    run_dir = claim_run_dir(config)
+    try:
+        return run_phases(config, command, run_dir, pretrained)
+    finally:
+        release_run_dir(run_dir)
+
+
+def run_phases(config: Config, command: str, run_dir: Path, pretrained: dict | None) -> list[PhaseResult]:
+    """The phases of `command` in the claimed `run_dir` (its `config.yaml` written first if new)."""
+    if not (run_dir / "config.yaml").exists():  # a continued run keeps the record it was made with
+        write_text_atomic(run_dir / "config.yaml", OmegaConf.to_yaml(OmegaConf.structured(config)))
+    device = prepare_process(config)
+    log.info("run directory %s, device %s", run_dir, device)
+    wandb_run = start_run(config, run_dir)
+    results = []
+    pretrains = AGENTS[config.agent.name].supports("pretrain") and config.pretrain_frames > 0
+    if command == "train" and not pretrains:
+        log.info("no pre-training (agent=%s, pretrain_frames=%d): the downstream agent learns its "
+                 "representation from the task reward", config.agent.name, config.pretrain_frames)
+    try:
+        if command == "pretrain" or (command == "train" and pretrains):
+            pretrain_task = config.pretrain_env or config.env
+            results.append(run_phase(config, "pretrain", pretrain_task, run_dir / "pretrain", wandb_run=wandb_run))
+        if command == "train" and pretrains:  # fine-tune from the file just written, as protorl-finetune would
+            pretrained = load_snapshot(results[-1].snapshots[-1])
+        if command in ("finetune", "train"):
+            for task in downstream_tasks(config):  # one snapshot, each downstream task from scratch
+                results.append(run_phase(config, "finetune", task, run_dir / downstream_dir_name(config, task),
+                                         pretrained, wandb_run))
+    finally:
+        finish_run(wandb_run)
+    return results
+
+
+def run_phase(config: Config, phase: str, task: str, out_dir: Path, pretrained: dict | None = None,
+              wandb_run=None) -> PhaseResult:
+    """Run one phase: skip it if complete, else continue from its newest intact checkpoint or start it; its logs
+    also go to `wandb_run` if given.
+
+    `claim_run_dir` has made sure that what `out_dir` holds was made with these settings."""
+    done = PhaseResult.load(out_dir)
+    if done is not None:
+        log.info("%s already complete in %s", phase, out_dir)
+        if not config.keep_checkpoints:  # a kill between result.json and the clean-up left them
+            drop_checkpoints(out_dir / "checkpoints")
+        return done
+    trainer = Trainer(config, phase, task, out_dir, pretrained, phase_tracker(wandb_run, out_dir.name))
+    checkpoint = trainer.resume_or_start()
+    if checkpoint is not None:
+        log.info("resuming %s from %s (frame %d)", phase, checkpoint, trainer.frames)
+    return trainer.run()
