@@ -1,32 +1,21 @@
-"""protorl: Proto-RL (Yarats, Fergus, Lazaric, Pinto, ICML 2021) in PyTorch."""
+"""protorl: Proto-RL (Yarats, Fergus, Lazaric, Pinto, ICML 2021) in PyTorch.
+
+From Python: `protorl.pretrain`, `protorl.finetune`, `protorl.train` (`protorl.commands`) run what the commands
+run; `protorl.load_pretrained` (`protorl.pretrained`) reads a snapshot into a frozen encoder and actor.
+"""
+
+import importlib
 
 __version__ = "0.1.0"
 
-
-def load_pretrained(path, device="auto"):
-    """A pre-training snapshot as a frozen encoder (+ projector and prototypes) and exploration actor
-    (`protorl.pretrained.load_pretrained`)."""
-    from protorl.pretrained import load_pretrained as load
-
-    return load(path, device)
+_API = {"pretrain": "protorl.commands", "finetune": "protorl.commands", "train": "protorl.commands",
+        "load_pretrained": "protorl.pretrained"}  # imported on first use: `import protorl` stays light
 
 
-def pretrain(config=None, **fields):
-    """protorl-pretrain from Python: `protorl.commands.pretrain`."""
-    from protorl.commands import pretrain as run
-
-    return run(config, **fields)
-
-
-def finetune(config=None, **fields):
-    """protorl-finetune from Python: `protorl.commands.finetune`."""
-    from protorl.commands import finetune as run
-
-    return run(config, **fields)
+def __getattr__(name: str):
+    if name in _API:
+        return getattr(importlib.import_module(_API[name]), name)
+    raise AttributeError(f"module 'protorl' has no attribute {name!r}")
 
 
-def train(config=None, **fields):
-    """protorl-train from Python: `protorl.commands.train`."""
-    from protorl.commands import train as run
-
-    return run(config, **fields)
+__all__ = [*_API, "__version__"]

@@ -5,8 +5,6 @@ Not a test module: tests import it (`from tests.agents import ...`) instead of i
 
 from __future__ import annotations
 
-import dataclasses
-
 import torch
 
 from protorl.agents import AGENTS, Agent
@@ -47,6 +45,3 @@ def update(agent: Agent, replay: ReplayBuffer, step: int) -> dict[str, float]:
     """Sample a batch of the agent's size and run one update, as the trainer does."""
     return agent.update(replay.sample(agent.cfg.batch_size, agent.device), step)
 
-
-def with_fields(cfg: AgentConfig, **changes) -> AgentConfig:
-    return dataclasses.replace(cfg, **changes)

@@ -25,10 +25,10 @@ from tests.runs import assert_ok, read_csv, run
 VARIANTS = [variant for variant in ANTI_COLLAPSE if variant != "none"]
 
 
-def state_agent(cfg: AgentConfig, phase: str = "pretrain", seed: int = 0) -> ProtoAgent:
+def state_agent(cfg: ProtoConfig, mode: str = "pretrain", seed: int = 0) -> ProtoAgent:
     """A ProtoAgent on 4-d state observations (the point mass: x, y, vx, vy)."""
     torch.manual_seed(seed)
-    return ProtoAgent("states", (4,), (2,), cfg, torch.device("cpu"), phase)
+    return ProtoAgent("states", (4,), (2,), cfg, torch.device("cpu"), mode)
 
 
 def head_tensors(agent: ProtoAgent) -> dict[str, torch.Tensor]:

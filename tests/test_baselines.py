@@ -22,7 +22,7 @@ from protorl.agents.icm import RunningMeanStd, normalized_curiosity
 from protorl.config import AgentConfig, ConfigError
 from protorl.snapshot import load_snapshot
 from tests.agents import PIXEL_OBS_SHAPE, POINT_MASS_ACTION_SHAPE, tiny_config, update
-from tests.runs import TINY_SHARED, assert_ok, tiny_agent, assert_user_error, read_csv, run
+from tests.runs import TINY_SHARED, assert_ok, assert_user_error, read_csv, run, tiny_agent
 
 CPU = torch.device("cpu")
 

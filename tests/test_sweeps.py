@@ -113,8 +113,8 @@ def test_every_experiment_preset_composes_to_a_valid_sweep(name):
     from hydra import compose, initialize_config_module
 
     import protorl.cli  # noqa: F401 - registers the config schema with Hydra
-    from protorl.validate import validate
     from protorl.envs import check_task
+    from protorl.validate import validate
 
     command = "pretrain" if name.startswith(("fig9", "fig10", "explore")) else "train"
     with initialize_config_module("protorl.conf", version_base="1.3"):

@@ -50,7 +50,8 @@ def test_phase_metrics_reach_the_wandb_run(tmp_path, monkeypatch):
     monkeypatch.setenv("WANDB_SILENT", "true")
     wandb_run = wandb.init(mode="offline", dir=str(tmp_path), project="protorl-test")
     try:
-        logger = Logger(tmp_path / "finetune", ("critic_loss",), tensorboard=False, tracker=PhaseTracker(wandb_run, "finetune"))
+        logger = Logger(tmp_path / "finetune", ("critic_loss",), tensorboard=False,
+                        tracker=PhaseTracker(wandb_run, "finetune"))
         logger.accumulate({"critic_loss": 2.0})
         logger.accumulate({"critic_loss": 4.0})
         logger.log_train({"frames": 1000, "episode_reward": 12.5})

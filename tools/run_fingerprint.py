@@ -1,8 +1,9 @@
 """Fingerprint tiny same-seed runs of every agent: what "behaviour unchanged" is checked against.
 
 Runs `protorl-train` for each agent at a tiny size from pixels (pre-training and fine-tuning; DrQ online)
-and prints, as JSON, a SHA-256 of every CSV row (its values but the timings and the empty ones) and of every tensor in the snapshots
-and checkpoints the runs wrote. Two commits give the same JSON when their runs are the same bit for bit:
+and prints, as JSON, a SHA-256 of every CSV row (its values but the timings and the empty ones) and of every
+tensor in the snapshots and checkpoints the runs wrote. Two commits give the same JSON when their runs are the
+same bit for bit:
 
     python tools/run_fingerprint.py > before.json      # on the old commit
     python tools/run_fingerprint.py > after.json       # on the new one
@@ -33,7 +34,8 @@ PROTO_SIZES = ["agent.num_prototypes=16", "agent.candidates_per_prototype=2", "a
                "agent.pred_hidden_dim=32"]
 RUNS = {  # name -> overrides of protorl-train
     "proto": ["agent=proto", *PROTO_SIZES, "pretrain_frames=2000", "finetune_frames=2000",
-              "analysis_every_frames=1000", "env=point_mass_maze_explore", "finetune_envs=[point_mass_maze_reach_top_left]"],
+              "analysis_every_frames=1000", "env=point_mass_maze_explore",
+              "finetune_envs=[point_mass_maze_reach_top_left]"],
     "proto_paper": ["agent=proto_paper", *PROTO_SIZES, "pretrain_frames=2000", "finetune_frames=2000",
                     "analysis_every_frames=null"],
     "random": ["agent=random", "pretrain_frames=2000", "finetune_frames=2000", "analysis_every_frames=null"],

@@ -230,13 +230,14 @@ class ProtoAgent(Agent):
         ~0; `reward_before_enqueue` scores against the candidates of earlier batches only (from the first update
         on which the queue holds k of them).
         """
-        candidates = self.candidates(raw)  # (M, D)
-        if self.cfg.reward_before_enqueue and self.queue.size >= self.cfg.knn_k:
-            reward = self.score(raw)
+        points = self.reward_points(raw)  # (B, D)
+        candidates = sample_candidates(F.normalize(raw, dim=1), self.head.prototypes, points=points)  # (M, D)
+        if self.cfg.reward_before_enqueue and self.can_score:
+            reward = knn_reward(points, self.queue.filled(), self.cfg.knn_k)
             self.queue.enqueue(candidates)
             return reward
         self.queue.enqueue(candidates)
-        return self.score(raw)
+        return knn_reward(points, self.queue.filled(), self.cfg.knn_k)
 
     @torch.no_grad()
     def embed(self, obs: torch.Tensor) -> torch.Tensor:

@@ -17,7 +17,6 @@ from protorl.config import AgentConfig
 from protorl.networks import Actor, Critic, log_prob_sum, soft_update
 from protorl.utils import make_adam
 
-
 SAC_METRICS = ("critic_loss", "critic_q", "actor_loss", "alpha", "actor_entropy")  # what `SAC.update` returns
 
 

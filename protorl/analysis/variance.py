@@ -56,8 +56,8 @@ def spread(rewards: np.ndarray) -> tuple[float, float, float]:
 
 
 @torch.no_grad()
-def reward_variance(agent: ProtoAgent, replay: ReplayBuffer, probe_obs: np.ndarray, repeats: int, rng: np.random.Generator,
-                    generator: torch.Generator) -> dict[str, float]:
+def reward_variance(agent: ProtoAgent, replay: ReplayBuffer, probe_obs: np.ndarray, repeats: int,
+                    rng: np.random.Generator, generator: torch.Generator) -> dict[str, float]:
     """The k-NN reward of `probe_obs` (P, *obs_shape) under `repeats` proto and uniform candidate sets ->
     `variance/{proto,uniform}_{mean,std,cv}` (means over the probes, see `spread`)."""
     z = agent.reward_points(embed(agent, probe_obs))  # (P, D)

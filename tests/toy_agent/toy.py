@@ -5,8 +5,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-import torch
-
 from protorl.agents import AGENTS
 from protorl.agents.base import Agent, frozen_features, reward_metrics
 from protorl.config import AgentConfig, invalid
