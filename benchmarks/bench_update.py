@@ -1,12 +1,15 @@
-"""Throughput and memory of protorl's agent updates, environment and replay buffer.
+"""Throughput and memory of protorl's agent updates against the limit measured on this machine, in one run.
 
-Prints one table. Each update measurement runs in a fresh subprocess so allocator settings and peak
-memory do not leak between rows. The baseline is the paper-faithful update written the common way
+The limit of an update is its unavoidable work at the fastest rates this run can find here: the encoder
+convolutions (3 forward passes and 1 backward pre-training, 2 forward passes downstream, at the best
+throughput over micro-batch sizes and memory layouts) plus every matrix product the update computes (each
+shape timed on its own, best layout). Each update measurement runs in a fresh subprocess so allocator settings
+and peak memory do not leak between rows. The baseline is the paper-faithful update written the common way
 (the official code's structure): 4 online encoder forwards + 1 target forward per step, float
 replicate-pad + crop augmentation, a (B, Q, D) broadcast for the k-NN, PyTorch's default Adam,
 default tensor layout, and glibc's default malloc. It shares protorl's networks and math otherwise.
 
-    python benchmarks/bench_update.py                 # all rows (about 10 minutes on 2 CPU cores)
+    python benchmarks/bench_update.py                 # all rows (about 15 minutes on 2 CPU cores)
     python benchmarks/bench_update.py --quick         # batch 32 rows and env/replay figures only
 """
 
@@ -19,8 +22,8 @@ import subprocess
 import sys
 import time
 
-CONV_FWD_MFLOP = 84.6  # encoder forward per 9x84x84 sample (4 conv layers)
-CONV_BWD_MFLOP = 160.0  # weight grads of all layers + input grads of layers 2-4
+MICRO_BATCHES = (4, 8, 16, 32, 64, 128, 256, 512)  # searched for the encoder's fastest convolutions
+MATMULS = ("mm", "addmm", "bmm", "baddbmm")  # the aten products whose shapes an update's limit times
 
 
 def _build(batch_size: int, phase: str, seed: int = 0):
@@ -95,7 +98,8 @@ def _baseline_update(agent, replay, step: int, state: dict) -> None:
 
 
 def _worker(kind: str, batch_size: int, phase: str, steps: int) -> dict:
-    """Runs in a subprocess: time `steps` updates after 2 warm-up updates."""
+    """Runs in a subprocess: seconds per update over `steps` updates (even) after 2 warm-up updates; for protorl
+    also the seconds its matrix products take at their best (`_matmul_limit`)."""
     import copy
 
     import torch
@@ -124,11 +128,63 @@ def _worker(kind: str, batch_size: int, phase: str, steps: int) -> dict:
 
     for step in range(2):
         update(step)
+    steps += steps % 2  # as many even steps as odd ones: the actor and the EMAs update on every 2nd
     start = time.perf_counter()
     for step in range(2, 2 + steps):
         update(step)
-    seconds = (time.perf_counter() - start) / steps
-    return {"seconds_per_update": seconds, "peak_rss_mb": _peak_rss_mb()}
+    result = {"seconds_per_update": (time.perf_counter() - start) / steps, "peak_rss_mb": _peak_rss_mb()}
+    if kind == "protorl":
+        result["matmul_limit_s"] = _matmul_limit(lambda: [update(s) for s in (2 + steps, 3 + steps)]) / 2
+    return result
+
+
+def _matmul_limit(run) -> float:
+    """Seconds of the matrix products `run()` computes (forward and backward): each shape timed on its own, at
+    the best of its own memory layout and a contiguous one."""
+    import torch
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    calls: dict[tuple, int] = {}  # (op, operand shapes and strides, or other arguments) -> times called
+
+    class Record(TorchDispatchMode):
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            if func.overloadpacket.__name__ in MATMULS:
+                key = (func, tuple((tuple(a.shape), a.stride()) if isinstance(a, torch.Tensor) else a
+                                   for a in args))
+                calls[key] = calls.get(key, 0) + 1
+            return func(*args, **(kwargs or {}))
+
+    with Record():
+        run()
+
+    def operand(spec, contiguous: bool):
+        if not (isinstance(spec, tuple) and len(spec) == 2 and isinstance(spec[1], tuple)):
+            return spec  # a scalar argument (beta, alpha)
+        shape, stride = spec
+        if contiguous or len(shape) < 2 or stride[-1] == 1:
+            return torch.randn(shape)
+        return torch.randn(*shape[:-2], shape[-1], shape[-2]).transpose(-1, -2)  # a transposed operand
+
+    total = 0.0
+    for (func, specs), count in calls.items():
+        seconds = []
+        for contiguous in (False, True):
+            args = [operand(spec, contiguous) for spec in specs]
+            seconds.append(_best_of(5, lambda func=func, args=args: func(*args), warmup=1))
+        total += count * min(seconds)
+    return total
+
+
+def _best_of(repeats: int, fn, warmup: int = 0) -> float:
+    """The shortest of `repeats` timed calls of fn(), after `warmup` untimed ones."""
+    for _ in range(warmup):
+        fn()
+    best = float("inf")
+    for _ in range(repeats):
+        start = time.perf_counter()
+        fn()
+        best = min(best, time.perf_counter() - start)
+    return best
 
 
 def _peak_rss_mb() -> float:
@@ -140,29 +196,62 @@ def _peak_rss_mb() -> float:
     return float("nan")
 
 
-def _conv_throughput() -> dict:
-    """GFLOP/s of the encoder alone at batch 512 (channels-last, tuned malloc), forward and fwd+bwd."""
+def _conv_search(samples: int = 512) -> dict:
+    """Runs in a subprocess: seconds per sample of the encoder's convolutions, forward (no gradient) and
+    forward + backward (weight gradients, and input gradients of layers 2-4), for every micro-batch of
+    `MICRO_BATCHES` and both memory layouts, `samples` samples per measurement, best of 2; and their FLOPs."""
     import torch
 
     from protorl.networks import PixelEncoder
     from protorl.utils import tune_malloc
 
     tune_malloc()
-    encoder = PixelEncoder((9, 84, 84))
-    x = torch.randint(0, 256, (512, 9, 84, 84), dtype=torch.uint8)
+    convnet = PixelEncoder((9, 84, 84)).convnet
+    table = []
+    for layout, name in ((torch.channels_last, "channels-last"), (torch.contiguous_format, "NCHW")):
+        convnet.to(memory_format=layout)
+        for micro in MICRO_BATCHES:
+            x = torch.rand(micro, 9, 84, 84).contiguous(memory_format=layout)
+            chunks = max(samples // micro, 1)
+            with torch.no_grad():
+                fwd = _best_of(2, lambda x=x, n=chunks: [convnet(x) for _ in range(n)], warmup=1)
+            fwd_bwd = _best_of(2, lambda x=x, n=chunks: [convnet(x).sum().backward() for _ in range(n)], warmup=1)
+            table.append({"layout": name, "micro": micro, "fwd_s": fwd / (chunks * micro),
+                          "fwd_bwd_s": fwd_bwd / (chunks * micro)})
+    return {"table": table, "fwd_flop": _conv_flop(convnet, backward=False),
+            "fwd_bwd_flop": _conv_flop(convnet, backward=True)}
+
+
+def _conv_flop(convnet, backward: bool) -> float:
+    """FLOPs per 9x84x84 sample: 2 x the MACs of every conv layer; backward adds every layer's weight gradient
+    and the input gradient of all but the first (its input is data)."""
+    import torch
+    from torch import nn
+
+    flop, x, first = 0.0, torch.zeros(1, 9, 84, 84), True
     with torch.no_grad():
-        encoder(x)
-        start = time.perf_counter()
-        for _ in range(3):
-            encoder(x)
-        fwd = (time.perf_counter() - start) / 3
-    encoder(x).sum().backward()
-    start = time.perf_counter()
-    for _ in range(2):
-        encoder(x).sum().backward()
-    fwd_bwd = (time.perf_counter() - start) / 2
-    return {"fwd_gflops": 512 * CONV_FWD_MFLOP / fwd / 1e3,
-            "fwd_bwd_gflops": 512 * (CONV_FWD_MFLOP + CONV_BWD_MFLOP) / fwd_bwd / 1e3}
+        for layer in convnet:
+            y = layer(x)
+            if isinstance(layer, nn.Conv2d):
+                macs = y.numel() * layer.in_channels * layer.kernel_size[0] * layer.kernel_size[1]
+                flop += 2 * macs * (1 + backward + (backward and not first))
+                first = False
+            x = y
+    return flop
+
+
+def _conv_limit(search: dict, phase: str, batch: int) -> tuple[float, dict, dict]:
+    """Seconds of an update's unavoidable convolutions, each pass at the best rate found for micro-batches up to
+    its size; and the fastest forward and forward+backward settings used."""
+    def fastest(samples: int, key: str) -> dict:
+        return min((row for row in search["table"] if row["micro"] <= samples), key=lambda row: row[key])
+
+    fwd_bwd = fastest(batch, "fwd_bwd_s")
+    if phase == "pretrain":  # x_{t+1} through the online and the target encoder; x_t forward and backward
+        fwd = fastest(batch, "fwd_s")
+        return batch * (2 * fwd["fwd_s"] + fwd_bwd["fwd_bwd_s"]), fwd, fwd_bwd
+    fwd = fastest(2 * batch, "fwd_s")  # downstream: x_t and x_{t+1} in one frozen pass
+    return 2 * batch * fwd["fwd_s"], fwd, fwd_bwd
 
 
 def _env_fps(task: str, obs: str, steps: int = 200) -> float:
@@ -178,13 +267,6 @@ def _env_fps(task: str, obs: str, steps: int = 200) -> float:
         if env.step(rng.uniform(-1, 1, env.action_shape)).last:
             env.reset()
     return steps * env.action_repeat / (time.perf_counter() - start)
-
-
-def _run_worker(kind: str, batch_size: int, phase: str, steps: int) -> dict:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("MALLOC_")}
-    out = subprocess.run([sys.executable, __file__, "--worker", kind, str(batch_size), phase, str(steps)],
-                         capture_output=True, text=True, env=env, check=True)
-    return json.loads(out.stdout.strip().splitlines()[-1])
 
 
 def _diagnostics_ms(batch_size: int, repeats: int = 50) -> float:
@@ -204,35 +286,61 @@ def _diagnostics_ms(batch_size: int, repeats: int = 50) -> float:
     return (time.perf_counter() - start) / repeats * 1e3
 
 
+def _run_worker(*args) -> dict:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("MALLOC_")}
+    out = subprocess.run([sys.executable, __file__, "--worker", *map(str, args)],
+                         capture_output=True, text=True, env=env, check=True)
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def _print_conv_search(search: dict) -> None:
+    fwd_gflop, fwd_bwd_gflop = search["fwd_flop"] / 1e9, search["fwd_bwd_flop"] / 1e9
+    print(f"encoder convolutions per 9x84x84 sample: forward {fwd_gflop * 1e3:.1f} MFLOP, forward+backward "
+          f"{fwd_bwd_gflop * 1e3:.1f} MFLOP; GFLOP/s by micro-batch (512 samples per measurement):")
+    print("| layout | " + " | ".join(f"{row['micro']}" for row in search["table"] if row["layout"] == "NCHW")
+          + " |")
+    print("|---|" + "---|" * len(MICRO_BATCHES))
+    for layout in ("channels-last", "NCHW"):
+        for key, gflop in (("fwd_s", fwd_gflop), ("fwd_bwd_s", fwd_bwd_gflop)):
+            rates = [f"{gflop / row[key]:.0f}" for row in search["table"] if row["layout"] == layout]
+            print(f"| {layout}, {'forward' if key == 'fwd_s' else 'fwd+bwd'} | " + " | ".join(rates) + " |")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quick", action="store_true", help="skip the batch-512 rows")
-    parser.add_argument("--worker", nargs=4, metavar=("KIND", "BATCH", "PHASE", "STEPS"), help=argparse.SUPPRESS)
+    parser.add_argument("--worker", nargs="+", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.worker:
-        kind, batch, phase, steps = args.worker
-        print(json.dumps(_worker(kind, int(batch), phase, int(steps))))
+        kind, *rest = args.worker
+        if kind == "conv-search":
+            print(json.dumps(_conv_search()))
+        else:
+            batch, phase, steps = rest
+            print(json.dumps(_worker(kind, int(batch), phase, int(steps))))
         return
 
     import torch
 
-    print(f"torch {torch.__version__}, {torch.get_num_threads()} threads, CPU")
-    conv = _conv_throughput()
-    print(f"encoder conv throughput at batch 512: forward {conv['fwd_gflops']:.0f} GFLOP/s, "
-          f"forward+backward {conv['fwd_bwd_gflops']:.0f} GFLOP/s\n")
+    from protorl.networks import CPU_MICRO_BATCH
 
-    print("| update | batch | baseline s/update | protorl s/update | protorl updates/s | speed-up | "
-          "conv-FLOP limit s (at 115 GFLOP/s) | protorl / limit | peak RSS MB (baseline / protorl) |")
-    print("|---|---|---|---|---|---|---|---|---|")
+    print(f"torch {torch.__version__}, {torch.get_num_threads()} threads, CPU")
+    search = _run_worker("conv-search")
+    _print_conv_search(search)
+    print(f"(protorl convolves in micro-batches of {CPU_MICRO_BATCH} on a CPU: protorl.networks.CPU_MICRO_BATCH)\n")
+
+    print("| update | batch | baseline s/update | protorl s/update | protorl updates/s | speed-up | limit s (conv + "
+          "matmul) | protorl / limit | fastest conv (fwd; fwd+bwd) | peak RSS MB (baseline / protorl) |")
+    print("|---|---|---|---|---|---|---|---|---|---|")
     batches = [32] if args.quick else [512, 32]
     malloc_note = ""
     for batch in batches:
         for phase in ("pretrain", "finetune"):
-            steps = 3 if batch == 512 else 20
+            steps = 4 if batch == 512 else 20
             base = _run_worker("baseline", batch, phase, steps) if phase == "pretrain" else None
             ours = _run_worker("protorl", batch, phase, steps)
-            conv_mflop = (3 * CONV_FWD_MFLOP + CONV_BWD_MFLOP) if phase == "pretrain" else 2 * CONV_FWD_MFLOP
-            limit = batch * conv_mflop / 115e3
+            conv_s, fwd, fwd_bwd = _conv_limit(search, phase, batch)
+            limit = conv_s + ours["matmul_limit_s"]
             if phase == "pretrain" and batch == 512:
                 plain = _run_worker("protorl-default-malloc", batch, phase, steps)
                 malloc_note = (f"glibc default malloc: {plain['seconds_per_update']:.3f} s/update, "
@@ -240,9 +348,11 @@ def main() -> None:
             base_s = f"{base['seconds_per_update']:.3f}" if base else "-"
             speedup = f"{base['seconds_per_update'] / ours['seconds_per_update']:.2f}x" if base else "-"
             rss = f"{base['peak_rss_mb']:.0f} / {ours['peak_rss_mb']:.0f}" if base else f"- / {ours['peak_rss_mb']:.0f}"
+            best = f"{fwd['layout']} {fwd['micro']}; {fwd_bwd['layout']} {fwd_bwd['micro']}"
             print(f"| {phase} | {batch} | {base_s} | {ours['seconds_per_update']:.3f} | "
-                  f"{1 / ours['seconds_per_update']:.2f} | {speedup} | {limit:.3f} | "
-                  f"{ours['seconds_per_update'] / limit:.2f} | {rss} |", flush=True)
+                  f"{1 / ours['seconds_per_update']:.2f} | {speedup} | {limit:.3f} ({conv_s:.3f} + "
+                  f"{ours['matmul_limit_s']:.3f}) | {ours['seconds_per_update'] / limit:.2f} | {best} | {rss} |",
+                  flush=True)
 
     if malloc_note:
         print(f"\npretrain update at batch 512 with protorl.utils.tune_malloc() skipped: {malloc_note}")

@@ -38,6 +38,11 @@ class AgentConfig:
     critic_target_tau: float = 0.01  # EMA rate of the critic's target
     augment_pad: int = 4  # random shift of +-4 pixels; 0 disables augmentation
     state_hidden_dim: int = 256  # the encoder used when env.obs == "states" (replaces the conv encoder)
+    # How the pixel encoder computes, not what: results equal to float rounding (README, "Speed").
+    encoder_micro_batch: int | None = None  # convolve at most this many samples at once; 0: the whole batch;
+    # None: the device's measured best (protorl.networks.micro_batch_for)
+    bf16_autocast: bool = False  # convolutions in bfloat16 (off until measured on the device)
+    compile_encoder: bool = False  # torch.compile the pixel encoders (off until measured on the device)
 
     def check(self) -> None:
         """Raise `ConfigError` naming the first invalid value; subclasses check their own fields too."""
@@ -50,6 +55,8 @@ class AgentConfig:
             raise invalid("agent.init_temperature", self.init_temperature, "a positive number")
         if self.augment_pad < 0:
             raise invalid("agent.augment_pad", self.augment_pad, "an integer >= 0")
+        if self.encoder_micro_batch is not None and self.encoder_micro_batch < 0:
+            raise invalid("agent.encoder_micro_batch", self.encoder_micro_batch, "an integer >= 0, or null")
         if self.log_std_min >= self.log_std_max:
             raise invalid("agent.log_std_min", self.log_std_min, f"less than agent.log_std_max={self.log_std_max}")
 
@@ -95,7 +102,13 @@ class Config:
     finetune_frames: int = 500_000
     seed_transitions: int = 1000  # agent steps of a uniform-random policy before updates start
     replay_capacity: int = 100_000  # transitions
+    # also keep the replay's frames in the accelerator's memory and sample there (a 100k-frame pixel buffer is
+    # ~2 GB); None: when the device is CUDA and they take under half its free memory
+    replay_on_device: bool | None = None
     update_every_steps: int = 1  # one agent update per agent step
+    # step the training environment on a thread of its own while the agent updates: the same results. Off by
+    # default: on a 2-core CPU its thread slows torch's down (README, "Speed"); not yet measured on a GPU
+    overlap_env_step: bool = False
     eval_every_frames: int = 10_000
     eval_episodes: int = 10
     eval_during_pretrain: bool = False

@@ -38,11 +38,18 @@ class PixelEncoder(nn.Module):
 
     (B, 9, 84, 84) uint8 -> (B, 32 * 35 * 35 = 39200) float. Pixels are divided by 255. Features are
     flattened in (height, width, channel) order, a fixed permutation of the usual (C, H, W) order.
+
+    `micro_batch`: convolve at most this many samples at a time (0: the whole batch). A CPU convolves a
+    large batch ~1.7x slower per sample than small ones, whose activations stay in cache
+    (benchmarks/bench_update.py measures it); autograd then runs the backward pass per micro-batch too,
+    accumulating the weight gradients. The result equals the whole-batch pass to float rounding.
+    `bf16`: run the convolutions under bfloat16 autocast (features are returned as float32).
     """
 
-    def __init__(self, obs_shape: tuple[int, ...], channels: int = 32):
+    def __init__(self, obs_shape: tuple[int, ...], channels: int = 32, micro_batch: int = 0, bf16: bool = False):
         super().__init__()
         in_channels = obs_shape[0]
+        self.micro_batch, self.bf16 = micro_batch, bf16
         self.convnet = nn.Sequential(
             nn.Conv2d(in_channels, channels, 3, stride=2), nn.ReLU(inplace=True),
             nn.Conv2d(channels, channels, 3, stride=1), nn.ReLU(inplace=True),
@@ -56,9 +63,15 @@ class PixelEncoder(nn.Module):
         self.to(memory_format=torch.channels_last)
 
     def forward(self, obs: torch.Tensor) -> torch.Tensor:
+        if 0 < self.micro_batch < obs.shape[0]:
+            return torch.cat([self._encode(part) for part in obs.split(self.micro_batch)])
+        return self._encode(obs)
+
+    def _encode(self, obs: torch.Tensor) -> torch.Tensor:
         x = (obs * (1.0 / 255.0)).contiguous(memory_format=torch.channels_last)  # uint8 -> float32 in one pass
-        h = self.convnet(x)  # (B, 32, 35, 35) stored channels-last
-        return h.permute(0, 2, 3, 1).flatten(1)  # flattened in storage order (H, W, C): a view, no copy
+        with torch.autocast(x.device.type, dtype=torch.bfloat16, enabled=self.bf16):
+            h = self.convnet(x)  # (B, 32, 35, 35) stored channels-last
+        return h.float().permute(0, 2, 3, 1).flatten(1)  # flattened in storage order (H, W, C): a view, no copy
 
 
 class StateEncoder(nn.Module):
@@ -75,9 +88,22 @@ class StateEncoder(nn.Module):
         return self.net(obs.float())
 
 
-def make_encoder(obs_type: str, obs_shape: tuple[int, ...], state_hidden_dim: int) -> nn.Module:
+CPU_MICRO_BATCH = 256  # fastest for forward + backward at batch 512 on this project's CPU (benchmarks/bench_update.py)
+
+
+def micro_batch_for(device: torch.device, configured: int | None) -> int:
+    """The encoder's micro-batch: `configured`, or for None, `CPU_MICRO_BATCH` on a CPU and the whole batch (0)
+    on an accelerator, where large batches are the fast ones."""
+    if configured is not None:
+        return configured
+    return CPU_MICRO_BATCH if device.type == "cpu" else 0
+
+
+def make_encoder(obs_type: str, obs_shape: tuple[int, ...], state_hidden_dim: int, micro_batch: int = 0,
+                 bf16: bool = False) -> nn.Module:
+    """The conv encoder for pixels (`micro_batch`, `bf16`: see `PixelEncoder`), an MLP for states."""
     if obs_type == "pixels":
-        return PixelEncoder(obs_shape)
+        return PixelEncoder(obs_shape, micro_batch=micro_batch, bf16=bf16)
     return StateEncoder(obs_shape, state_hidden_dim)
 
 

@@ -7,6 +7,10 @@ it instead. At 9x84x84 pixels a transition costs one 3x84x84 frame (~21.2 KB) in
 stacks (~127 KB). The ring holds `capacity` frames; each stored episode's first frame takes a slot,
 so it holds `capacity` minus (episodes in the buffer) transitions.
 
+With `device` (an accelerator), a copy of the frames also lives in its memory: batches are then gathered and
+stacked there, and only their indices cross from the host. Otherwise batches are gathered on the host, in
+pinned memory when they go to an accelerator, and copied without blocking.
+
 Optionally each slot also keeps the simulator's physical state when its frame was rendered
 (`physics.get_state()`: qpos, qvel, act), for analyses such as state coverage; agents never see it.
 """
@@ -34,8 +38,9 @@ class ReplayBuffer:
 
     def __init__(self, frame_shape: tuple[int, ...], frame_dtype: np.dtype, action_shape: tuple[int, ...],
                  capacity: int, frame_stack: int, seed: int = 0,
-                 physical_state_shape: tuple[int, ...] | None = None):
-        """`physical_state_shape`: (S,) to keep each frame's physical state too; None keeps none."""
+                 physical_state_shape: tuple[int, ...] | None = None, device: torch.device | str | None = None):
+        """`physical_state_shape`: (S,) to keep each frame's physical state too; None keeps none. `device`: also
+        keep the frames there and sample from that copy; None: the host's frames only."""
         self.capacity = capacity
         self.frame_stack = frame_stack
         self.frames = np.zeros((capacity, *frame_shape), dtype=frame_dtype)
@@ -46,6 +51,7 @@ class ReplayBuffer:
         self.is_first = np.ones((capacity,), dtype=bool)
         self.physical_states = (None if physical_state_shape is None else
                                 np.zeros((capacity, *physical_state_shape), dtype=np.float64))
+        self.device_frames = None if device is None else torch.tensor(self.frames, device=device)  # a copy
         self.num_written = 0  # absolute index of the next slot to write
         self._current_episode_start = -1
         # absolute indices of the episode-first frames from `_oldest_sampleable` on, where no transition ends
@@ -72,6 +78,8 @@ class ReplayBuffer:
         if physical_state is not None:
             self.physical_states[slot] = physical_state
         self.frames[slot] = frame
+        if self.device_frames is not None:
+            self.device_frames[slot].copy_(_pinned(torch.from_numpy(self.frames[slot])), non_blocking=True)
         self.actions[slot] = action
         self.rewards[slot] = reward
         self.discounts[slot] = discount
@@ -93,13 +101,16 @@ class ReplayBuffer:
         """Number of transitions that `sample` can return."""
         return max(self.num_written - self._oldest_sampleable, 0) - len(self._firsts_in_range)
 
-    def _frames_ending_at(self, ends: np.ndarray, count: int) -> np.ndarray:
-        """The `count` frames up to absolute indices `ends` (N,), oldest first, never reaching back past
-        their episode's first frame (repeated instead) -> (N, count, *frame_shape)."""
+    def _frame_indices(self, ends: np.ndarray, count: int) -> np.ndarray:
+        """Slots of the `count` frames up to absolute indices `ends` (N,), oldest first, never reaching back past
+        their episode's first frame (repeated instead) -> (N, count)."""
         offsets = np.arange(count - 1, -1, -1)
         starts = self.episode_start[ends % self.capacity]
-        indices = np.maximum(ends[:, None] - offsets[None, :], starts[:, None])  # (N, count)
-        return self.frames[indices % self.capacity]
+        return np.maximum(ends[:, None] - offsets[None, :], starts[:, None]) % self.capacity
+
+    def _frames_ending_at(self, ends: np.ndarray, count: int) -> np.ndarray:
+        """The frames of `_frame_indices` -> (N, count, *frame_shape)."""
+        return self.frames[self._frame_indices(ends, count)]
 
     def stack_at(self, ends: np.ndarray) -> np.ndarray:
         """Stacked observations ending at absolute indices `ends` (N,) -> (N, frame_stack * C, ...)."""
@@ -124,13 +135,19 @@ class ReplayBuffer:
     def sample(self, batch_size: int, device: torch.device | str = "cpu") -> Batch:
         ends = self.sample_indices(batch_size)
         slots = ends % self.capacity
-        # obs and next_obs share all but one frame: gather frame_stack + 1 frames once
-        frames = torch.from_numpy(self._frames_ending_at(ends, self.frame_stack + 1))  # (B, fs + 1, ...)
-        stack_shape = (batch_size, -1, *self.frames.shape[2:])
 
         def to_device(array: np.ndarray | torch.Tensor) -> torch.Tensor:
-            return torch.as_tensor(array).to(device, non_blocking=True)
+            """Host arrays through pinned memory, without waiting for the copy."""
+            return _pinned(torch.as_tensor(array)).to(device, non_blocking=True)
 
+        # obs and next_obs share all but one frame: gather frame_stack + 1 frames once
+        indices = self._frame_indices(ends, self.frame_stack + 1)  # (B, fs + 1) slots
+        if self.device_frames is not None:
+            index = _pinned(torch.from_numpy(indices)).to(self.device_frames.device, non_blocking=True)
+            frames = self.device_frames[index]  # (B, fs + 1, *frame_shape), where the copy lives
+        else:
+            frames = torch.from_numpy(self.frames[indices])  # (B, fs + 1, *frame_shape)
+        stack_shape = (batch_size, -1, *self.frames.shape[2:])
         return Batch(
             obs=to_device(frames[:, :-1].reshape(stack_shape)),
             action=to_device(self.actions[slots]),
@@ -165,6 +182,8 @@ class ReplayBuffer:
         self.num_written = int(state["num_written"])
         self._current_episode_start = int(state["current_episode_start"])
         self._rng.bit_generator.state = state["rng"]
+        if self.device_frames is not None:
+            self.device_frames.copy_(torch.from_numpy(self.frames))
         ends = np.arange(self._oldest_sampleable, self.num_written)
         self._firsts_in_range = deque(ends[self.is_first[ends % self.capacity]].tolist())
 
@@ -176,3 +195,17 @@ class ReplayBuffer:
     @property
     def bytes_per_transition(self) -> float:
         return self.nbytes / self.capacity
+
+
+def _pinned(tensor: torch.Tensor) -> torch.Tensor:
+    """A host tensor in page-locked memory when CUDA is present (copies from it to the GPU need not wait), else
+    the tensor itself."""
+    return tensor.pin_memory() if torch.cuda.is_available() and tensor.device.type == "cpu" else tensor
+
+
+def frames_device(device: torch.device, frames_nbytes: int, wanted: bool | None) -> torch.device | None:
+    """Where a replay buffer also keeps its frames (`ReplayBuffer(device=...)`): on `device` if `wanted`; for
+    None, if it is a CUDA device whose free memory is over twice the frames' size; else nowhere (None)."""
+    if wanted is None:
+        wanted = device.type == "cuda" and frames_nbytes * 2 < torch.cuda.mem_get_info(device)[0]
+    return device if wanted else None

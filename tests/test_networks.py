@@ -11,6 +11,7 @@ from torch import nn
 from protorl.agents import SAC
 from protorl.config import AgentConfig
 from protorl.networks import Actor, Critic, PixelEncoder, StateEncoder, soft_update
+from tests.agents import PIXEL_OBS_SHAPE, tiny_agent, tiny_config
 
 
 def test_pixel_encoder_paper_shape():
@@ -58,6 +59,42 @@ def test_pixel_encoder_scales_pixels_to_unit_range():
     torch.testing.assert_close(encoder(obs), expected, rtol=1e-5, atol=1e-6)
     # outputs are ReLU features: non-negative
     assert (encoder(obs) >= 0).all()
+
+
+def _encoder_grads(encoder: PixelEncoder, obs: torch.Tensor, weights: torch.Tensor) -> tuple[torch.Tensor, list]:
+    encoder.zero_grad(set_to_none=True)
+    features = encoder(obs)
+    (features * weights).sum().backward()  # a loss that weighs every sample and feature differently
+    return features.detach(), [p.grad.clone() for p in encoder.parameters()]
+
+
+@pytest.mark.parametrize("micro_batch", [1, 3, 8])
+def test_micro_batched_encoder_equals_whole_batch_pass(micro_batch):
+    """Convolving in micro-batches (autograd accumulating the weight gradients over them) gives the
+    whole-batch features and gradients, to float rounding, for micro-batches that do and do not divide B."""
+    torch.manual_seed(0)
+    whole = PixelEncoder((9, 32, 32))
+    split = PixelEncoder((9, 32, 32), micro_batch=micro_batch)
+    split.load_state_dict(whole.state_dict())
+    obs = torch.randint(0, 256, (10, 9, 32, 32), dtype=torch.uint8)
+    weights = torch.randn(10, whole.repr_dim)
+    features, grads = _encoder_grads(whole, obs, weights)
+    split_features, split_grads = _encoder_grads(split, obs, weights)
+    torch.testing.assert_close(split_features, features, rtol=1e-5, atol=1e-6)
+    for got, expected in zip(split_grads, grads, strict=True):  # sums over B in another order: relative to norm
+        assert (got - expected).norm() <= 1e-5 * expected.norm()
+    assert any((g != 0).any() for g in grads)  # the comparison is not of zeros
+
+
+def test_bf16_autocast_encoder_is_close_to_float32():
+    torch.manual_seed(0)
+    encoder = PixelEncoder((9, 32, 32))
+    bf16 = PixelEncoder((9, 32, 32), bf16=True)
+    bf16.load_state_dict(encoder.state_dict())
+    obs = torch.randint(0, 256, (4, 9, 32, 32), dtype=torch.uint8)
+    expected, got = encoder(obs), bf16(obs)
+    assert got.dtype == torch.float32 and not torch.equal(got, expected)  # it did compute in bfloat16
+    assert (got - expected).norm() / expected.norm() < 0.02
 
 
 def test_state_encoder_shape():
@@ -150,3 +187,14 @@ def test_soft_update_extremes():
     assert all(torch.equal(p, o) for p, o in zip(target.parameters(), old, strict=True))
     soft_update(online, target, 1.0)
     assert all(torch.equal(p, o) for p, o in zip(target.parameters(), online.parameters(), strict=True))
+
+
+def test_compiled_encoder_of_an_agent_gives_the_eager_features_and_keeps_its_state_dict():
+    """`agent.compile_encoder` compiles Proto-RL's pixel encoders in place: the same features, and snapshots and
+    checkpoints keep their keys."""
+    eager = tiny_agent("proto", "pretrain", seed=0)
+    compiled = tiny_agent("proto", "pretrain", cfg=tiny_config("proto", compile_encoder=True), seed=0)
+    assert compiled.encoder.state_dict().keys() == eager.encoder.state_dict().keys()
+    obs = torch.randint(0, 256, (4, *PIXEL_OBS_SHAPE), dtype=torch.uint8)
+    with torch.no_grad():
+        torch.testing.assert_close(compiled.encoder(obs), eager.encoder(obs), rtol=1e-5, atol=1e-6)

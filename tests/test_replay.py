@@ -214,6 +214,29 @@ def test_sampling_is_reproducible_with_the_seed():
     assert torch.equal(batches[0].obs, batches[1].obs)
 
 
+DEVICES = ["cpu", pytest.param("cuda", marks=pytest.mark.skipif(not torch.cuda.is_available(), reason="no GPU"))]
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_frames_kept_on_a_device_give_the_host_buffers_batches(device):
+    """With a copy of the frames on `device` (its own memory, even on the CPU), batches are gathered from that
+    copy: every batch, across the ring's wraparound and a checkpoint's round trip, equals the host buffer's."""
+    host, mirrored = _buffer(40, seed=3), ReplayBuffer(FRAME_SHAPE, np.uint8, (2,), 40, 3, seed=3, device=device)
+    assert mirrored.device_frames.data_ptr() != torch.from_numpy(mirrored.frames).data_ptr()
+    writers = Writer(host), Writer(mirrored)
+    for length in (12, 30, 9):  # 51 frames into 40 slots
+        for writer in writers:
+            writer.episode(length)
+        a, b = host.sample(16), mirrored.sample(16, device)
+        assert b.obs.device.type == device and b.reward.device.type == device
+        for name in ("obs", "next_obs", "action", "reward", "discount"):
+            assert torch.equal(getattr(a, name), getattr(b, name).cpu()), name
+    _check_batch(writers[1], mirrored.sample(16, device), 3)
+    restored = ReplayBuffer(FRAME_SHAPE, np.uint8, (2,), 40, 3, device=device)
+    restored.load_state_dict(mirrored.state_dict())
+    assert torch.equal(restored.sample(16, device).obs, mirrored.sample(16, device).obs)
+
+
 def test_memory_per_transition_at_pixel_size():
     buffer = ReplayBuffer((3, 84, 84), np.uint8, (6,), capacity=1000, frame_stack=3)
     assert buffer.bytes_per_transition <= 25_000

@@ -24,7 +24,7 @@ from protorl.agents.sac import SAC, SAC_METRICS
 from protorl.augment import random_shift
 from protorl.config import AgentConfig
 from protorl.diagnostics import collapse_message
-from protorl.networks import make_encoder
+from protorl.networks import PixelEncoder, make_encoder, micro_batch_for
 from protorl.replay import Batch
 
 MODES = ("pretrain", "frozen", "online")
@@ -47,9 +47,14 @@ class Agent:
             raise ValueError(f"agent {self.name!r} has no {mode!r} update")
         self.cfg, self.device, self.mode, self.obs_type = cfg, device, mode, obs_type
         self.action_shape = action_shape
-        self.encoder = make_encoder(obs_type, obs_shape, cfg.state_hidden_dim).to(device)
+        self.encoder = make_encoder(obs_type, obs_shape, cfg.state_hidden_dim,
+                                    micro_batch_for(device, cfg.encoder_micro_batch), cfg.bf16_autocast).to(device)
         self.sac = SAC(self.encoder.repr_dim, action_shape[0], cfg, device)
         self.build()
+        if cfg.compile_encoder:
+            for module in self.representation_modules().values():
+                if isinstance(module, PixelEncoder):
+                    module.compile()  # in place: state_dict keys (snapshots, checkpoints) unchanged
         self._update = getattr(self, f"update_{mode}")
         if mode == "frozen":
             self.freeze_representation()

@@ -192,6 +192,11 @@ class DMCEnv:
         frame = self._frame(self._env.task.get_observation(self.physics) if self.obs_type == "states" else None)
         return np.concatenate([frame] * self.frame_stack, axis=0)
 
+    def close(self) -> None:
+        """Free the physics and its rendering context; call it from the thread that rendered
+        (`protorl.envs.thread.EnvThread`)."""
+        self.physics.free()
+
     def render(self, size: int) -> np.ndarray:
         """An RGB (size, size, 3) image from the observation camera, for videos."""
         return self._env.physics.render(size, size, camera_id=self.camera_id)

@@ -18,9 +18,10 @@ from protorl.callback import Callback
 from protorl.checkpoint import drop_checkpoints, list_checkpoints, load_newest_checkpoint, remove_partial_writes
 from protorl.config import EVAL_SEED_OFFSET, Config
 from protorl.envs import TimeStep, make_env
+from protorl.envs.thread import EnvThread
 from protorl.errors import CheckpointError, TrainingDiverged
 from protorl.logger import Logger
-from protorl.replay import ReplayBuffer
+from protorl.replay import ReplayBuffer, frames_device
 from protorl.snapshot import check_architecture, check_spec
 from protorl.tracking import PhaseTracker
 from protorl.training.checkpoints import Checkpoints
@@ -44,6 +45,7 @@ class Trainer:
         set_seed(cfg.seed)
         self.device = resolve_device(cfg.device)
         self.env = make_env(task, cfg, seed=cfg.seed)
+        self.env_thread = EnvThread(self.env, threaded=cfg.overlap_env_step)  # where its resets and steps run
         self.eval_env = make_env(task, cfg, seed=cfg.seed + EVAL_SEED_OFFSET)
         mode = "pretrain" if phase == "pretrain" else "online" if pretrained is None else "frozen"
         self.agent = make_agent(cfg.agent, self.env.obs_type, self.env.obs_shape, self.env.action_shape,
@@ -57,9 +59,11 @@ class Trainer:
         # code: its random steps are the run's first ones only); otherwise they are uniform-random actions
         self.seeds_with_actor = pretrained is not None and self.agent.loads_pretrained_actor
         keeps_states = runs_analyses(cfg, phase)
+        frames_nbytes = cfg.replay_capacity * math.prod(self.env.frame_shape) * self.env.frame_dtype.itemsize
         self.replay = ReplayBuffer(self.env.frame_shape, self.env.frame_dtype, self.env.action_shape,
                                    cfg.replay_capacity, self.env.frame_stack, seed=cfg.seed,
-                                   physical_state_shape=self.env.physical_state_shape if keeps_states else None)
+                                   physical_state_shape=self.env.physical_state_shape if keeps_states else None,
+                                   device=frames_device(self.device, frames_nbytes, cfg.replay_on_device))
         self.logger = Logger(out_dir, self.agent.metric_names(), tensorboard=cfg.tensorboard,
                              tracker=tracker)
         self.total_frames = cfg.pretrain_frames if phase == "pretrain" else cfg.finetune_frames
@@ -94,22 +98,27 @@ class Trainer:
         """Train to the phase's frame budget (from a resumed checkpoint, if one was loaded)."""
         self._start = time.time()
         self._notify("on_phase_start", self.frames)
-        time_step = self._begin_episode()
-        while self.agent_steps < self.total_steps:
-            self._notify("before_step", self.frames)
-            seeding = self.agent_steps < self.cfg.seed_transitions
-            action = self._act(time_step, seeding)
-            if not seeding and len(self.replay) > 0 and self.agent_steps % self.cfg.update_every_steps == 0:
-                self._update()
-            time_step = self.env.step(action)
-            self.replay.add(time_step.frame, action, time_step.reward, time_step.discount, self._kept_state(time_step))
-            self.agent_steps += 1
-            self._notify("on_time_step", time_step)
-            if time_step.last:
-                self.result.episodes += 1
-                self._notify("on_episode_end", self.frames)
-                time_step = self._begin_episode()
-        self._notify("on_phase_end", self.frames)
+        try:
+            time_step = self._begin_episode()
+            while self.agent_steps < self.total_steps:
+                self._notify("before_step", self.frames)
+                seeding = self.agent_steps < self.cfg.seed_transitions
+                action = self._act(time_step, seeding)
+                stepping = self.env_thread.step(action)  # the update never reads this transition: may overlap
+                if not seeding and len(self.replay) > 0 and self.agent_steps % self.cfg.update_every_steps == 0:
+                    self._update()
+                time_step = stepping.result()
+                self.replay.add(time_step.frame, action, time_step.reward, time_step.discount,
+                                self._kept_state(time_step))
+                self.agent_steps += 1
+                self._notify("on_time_step", time_step)
+                if time_step.last:
+                    self.result.episodes += 1
+                    self._notify("on_episode_end", self.frames)
+                    time_step = self._begin_episode()
+            self._notify("on_phase_end", self.frames)
+        finally:
+            self.env_thread.close()
         self.logger.close()
         self.result.frames = self.frames
         self.result.wall_time_s = self.elapsed()
@@ -131,7 +140,7 @@ class Trainer:
         self.updates += 1
 
     def _begin_episode(self) -> TimeStep:
-        time_step = self.env.reset()
+        time_step = self.env_thread.reset()
         self.replay.add_first(time_step.frame, self._kept_state(time_step))
         self._notify("on_time_step", time_step)
         return time_step

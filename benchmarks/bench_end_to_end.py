@@ -1,0 +1,114 @@
+"""Environment frames per second of real training runs at the paper's settings, and the projected paper run.
+
+Runs protorl's training loop (rendering, replay, updates, logs) from pixels with the paper's networks and batch 512:
+a pre-training, then a fine-tuning from its snapshot, each for `--frames` frames after its seed transitions, and
+times the frames after seeding. An evaluation episode is timed apart (the paper evaluates 10 episodes every 10k
+frames downstream). The projection of a 500k + 500k run is the sum of those rates over the paper's frames.
+
+    python benchmarks/bench_end_to_end.py                     # about 10 minutes on 2 CPU cores
+    python benchmarks/bench_end_to_end.py --frames 2000       # longer, steadier
+"""
+
+from __future__ import annotations
+
+import argparse
+import tempfile
+import time
+from pathlib import Path
+
+from protorl.callback import Callback
+from protorl.config import Config
+from protorl.utils import prepare_process
+
+PAPER_FRAMES = 500_000  # per phase
+PAPER_EVAL = (10_000, 10)  # downstream: every 10k frames, 10 episodes (the paper's defaults in Config)
+
+
+class Stopwatch(Callback):
+    """The wall time from the first step after the seed transitions to the phase's end."""
+
+    def __init__(self, seed_frames: int):
+        self.seed_frames, self.start, self.end, self.frames = seed_frames, None, None, 0
+
+    def before_step(self, frames: int) -> None:
+        if frames == self.seed_frames:
+            self.start = time.perf_counter()
+
+    def on_phase_end(self, frames: int) -> None:
+        self.end, self.frames = time.perf_counter(), frames - self.seed_frames
+
+    @property
+    def fps(self) -> float:
+        return self.frames / (self.end - self.start)
+
+
+def timed_phase(cfg: Config, phase: str, out_dir: Path, pretrained: dict | None = None) -> float:
+    """Frames per second of `phase` after its seed transitions."""
+    from protorl.training.loop import Trainer
+
+    trainer = Trainer(cfg, phase, cfg.env, out_dir, pretrained=pretrained)
+    watch = Stopwatch(cfg.seed_transitions * cfg.action_repeat)
+    trainer.callbacks.insert(0, watch)  # its phase end comes before the final evaluation's
+    trainer.run()
+    return watch.fps
+
+
+def eval_fps(cfg: Config, snapshot: Path) -> float:
+    """Frames per second of one evaluation episode of the fine-tuned agent (its actor's mean, rendered)."""
+    from protorl.agents import make_agent
+    from protorl.envs import make_env
+    from protorl.snapshot import load_snapshot
+    from protorl.utils import resolve_device
+
+    env = make_env(cfg.env, cfg, seed=cfg.seed)
+    agent = make_agent(cfg.agent, env.obs_type, env.obs_shape, env.action_shape, resolve_device(cfg.device), "frozen")
+    agent.load_pretrained(load_snapshot(snapshot)["agent"])
+    time_step, frames, start = env.reset(), 0, time.perf_counter()
+    while not time_step.last:
+        time_step = env.step(agent.act(time_step.obs, sample=False))
+        frames += env.action_repeat
+    return frames / (time.perf_counter() - start)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--env", default="walker_walk")
+    parser.add_argument("--frames", type=int, default=400, help="timed frames per phase, after seeding")
+    parser.add_argument("--seed-steps", type=int, default=50, help="agent steps of seed transitions per phase")
+    parser.add_argument("--device", default="auto")
+    args = parser.parse_args()
+
+    import torch
+
+    from protorl.agents.proto import ProtoConfig
+    from protorl.snapshot import load_snapshot
+
+    with tempfile.TemporaryDirectory() as tmp:
+        phase_frames = args.seed_steps * 2 + args.frames  # action repeat 2
+        cfg = Config(env=args.env, device=args.device, seed_transitions=args.seed_steps,
+                     pretrain_frames=phase_frames, finetune_frames=phase_frames,
+                     snapshot_at_frames=[], checkpoint_every_frames=None, eval_every_frames=10**9, eval_episodes=1,
+                     analysis_every_frames=None, tensorboard=False, progress_bar=False, agent=ProtoConfig(),
+                     run_dir=tmp)
+        device = prepare_process(cfg)
+        name = torch.cuda.get_device_name(device) if device.type == "cuda" else \
+            f"CPU, {torch.get_num_threads()} threads"
+        print(f"{args.env} from pixels, paper settings (batch {cfg.agent.batch_size}, action repeat "
+              f"{cfg.action_repeat}), torch {torch.__version__}, {name}")
+        pretrain_fps = timed_phase(cfg, "pretrain", Path(tmp) / "pretrain")
+        snapshot = sorted((Path(tmp) / "pretrain" / "snapshots").glob("*.pt"))[-1]
+        finetune_fps = timed_phase(cfg, "finetune", Path(tmp) / "finetune", pretrained=load_snapshot(snapshot))
+        evaluation_fps = eval_fps(cfg, snapshot)
+
+    every, episodes = PAPER_EVAL
+    eval_frames = PAPER_FRAMES // every * episodes * 1000  # 1000-frame episodes
+    hours = (PAPER_FRAMES / pretrain_fps + PAPER_FRAMES / finetune_fps + eval_frames / evaluation_fps) / 3600
+    print("| phase | env frames/s |\n|---|---|")
+    print(f"| pre-training | {pretrain_fps:.2f} |\n| fine-tuning | {finetune_fps:.2f} |\n"
+          f"| evaluation | {evaluation_fps:.1f} |")
+    print(f"projected {PAPER_FRAMES // 1000}k + {PAPER_FRAMES // 1000}k run with {episodes} evaluation episodes every "
+          f"{every // 1000}k downstream frames: {hours:.1f} h ({hours / 24:.1f} days)")
+
+
+if __name__ == "__main__":
+    main()

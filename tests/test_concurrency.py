@@ -1,0 +1,71 @@
+"""Overlapping the environment's step with the agent's update (`overlap_env_step`) changes nothing: the run's logs,
+networks, optimisers, replay and random states are the serial run's bit for bit, through a real pre-training from
+pixels (the loop is the same for every phase)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+import protorl
+from protorl.checkpoint import load_newest_checkpoint
+from protorl.config import Config
+from tests.agents import tiny_config
+from tests.runs import read_rows
+
+# wall times, and the logs' byte lengths (their rows hold wall times): the entries of a checkpoint that may differ
+UNTIMED = {"elapsed_s", "wall_time_s", "logger"}
+
+
+def tiny_pixels(run_dir, **fields) -> Config:
+    """Pre-training on point_mass_easy from 32x32 pixels: 125 agent steps, the final checkpoint kept."""
+    settings = dict(obs="pixels", image_size=32, env="point_mass_easy", action_repeat=8, seed_transitions=20,
+                    replay_capacity=500, eval_episodes=1, eval_every_frames=1000, analysis_every_frames=None,
+                    snapshot_at_frames=[], progress_bar=False, threads=1, tensorboard=False, pretrain_frames=1000,
+                    checkpoint_every_frames=1000, keep_checkpoints=True,
+                    agent=tiny_config("proto", anti_collapse="center", reward_space="raw"), run_dir=str(run_dir))
+    return Config(**{**settings, **fields})
+
+
+def flatten(state, prefix: str = "") -> dict:
+    """A checkpoint as {dotted key: tensor or plain value}, wall times left out."""
+    if isinstance(state, dict):
+        return {k: v for key, value in state.items() if key not in UNTIMED
+                for k, v in flatten(value, f"{prefix}{key}.").items()}
+    if isinstance(state, list | tuple):
+        return {k: v for i, value in enumerate(state) for k, v in flatten(value, f"{prefix}{i}.").items()}
+    return {prefix: state}
+
+
+def assert_same_run(run_dir, reference) -> None:
+    run_dir, reference = run_dir / "pretrain", reference / "pretrain"
+    for log in ("train.csv", "eval.csv"):
+        assert read_rows(run_dir / log) == read_rows(reference / log), log
+    state = flatten(load_newest_checkpoint(run_dir / "checkpoints")[1])
+    expected = flatten(load_newest_checkpoint(reference / "checkpoints")[1])
+    assert state.keys() == expected.keys()
+    for key, value in expected.items():
+        if isinstance(value, torch.Tensor):
+            assert torch.equal(state[key], value), key
+        else:
+            assert state[key] == value, key
+
+
+@pytest.fixture(scope="module")
+def serial(tmp_path_factory):
+    run_dir = tmp_path_factory.mktemp("serial") / "run"
+    results = protorl.pretrain(tiny_pixels(run_dir, overlap_env_step=False))
+    assert [r.frames for r in results] == [1000]
+    return run_dir
+
+
+def test_overlapped_environment_steps_give_the_serial_run(serial, tmp_path):
+    protorl.pretrain(tiny_pixels(tmp_path / "run", overlap_env_step=True))
+    assert_same_run(tmp_path / "run", serial)
+
+
+def test_the_comparison_sees_a_different_run(serial, tmp_path):
+    """The check above is not blind: another seed's run differs from the serial one."""
+    protorl.pretrain(tiny_pixels(tmp_path / "run", overlap_env_step=False, seed=2))
+    with pytest.raises(AssertionError):
+        assert_same_run(tmp_path / "run", serial)
