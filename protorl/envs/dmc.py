@@ -59,15 +59,19 @@ def list_tasks() -> list[str]:
 
 
 def check_task(name: str) -> None:
-    """Raise `ValueError` listing the valid task names if `name` is not one."""
-    if name not in _task_table():
+    """Raise `ValueError` listing the valid task names if `name` is not one (or not a registered `gym:<id>`)."""
+    from protorl.envs.gymnasium_task import check_gymnasium_task, gymnasium_id
+
+    if gymnasium_id(name) is not None:
+        check_gymnasium_task(name)
+    elif name not in _task_table():
         raise ValueError(f"unknown task {name!r}; valid tasks are: {', '.join(list_tasks())}")
 
 
 def split_task(name: str) -> tuple[str, str]:
-    """`'point_mass_easy'` -> `('point_mass', 'easy')`."""
+    """`'point_mass_easy'` -> `('point_mass', 'easy')`; a Gymnasium task is a domain of its own."""
     check_task(name)
-    return _task_table()[name]
+    return (name, name) if name.startswith("gym:") else _task_table()[name]
 
 
 @dataclass
@@ -171,6 +175,10 @@ class DMCEnv:
         return TimeStep(frame, self._stacked(), reward, discount, first=False, last=dm_step.last(),
                         physical_state=self.physics.get_state())
 
+    def seed(self, seed: int) -> None:
+        """Reseed the task's random state (initial states, noise)."""
+        self._random().seed(seed)
+
     def rng_state(self) -> dict:
         """The task's random state (initial states, noise) as plain data, for checkpoints."""
         _, keys, pos, has_gauss, gauss = self._random().get_state()
@@ -215,6 +223,12 @@ class DMCEnv:
 
 
 def make_env(task: str, cfg, seed: int) -> DMCEnv:
-    """Build a `DMCEnv` with the observation settings of a `protorl.config.Config`."""
+    """Build a `DMCEnv` (or for `gym:<id>`, a `GymnasiumEnv`) with the observation settings of a
+    `protorl.config.Config`."""
+    from protorl.envs.gymnasium_task import GymnasiumEnv, gymnasium_id
+
+    if gymnasium_id(task) is not None:
+        return GymnasiumEnv(task, obs=cfg.obs, image_size=cfg.image_size, frame_stack=cfg.frame_stack,
+                            action_repeat=cfg.action_repeat, seed=seed)
     return DMCEnv(task, obs=cfg.obs, image_size=cfg.image_size, frame_stack=cfg.frame_stack,
                   action_repeat=cfg.action_repeat, camera_id=cfg.camera_id, seed=seed)

@@ -1,0 +1,99 @@
+"""protorl's tasks through Gymnasium's API (`protorl.gym`): registered, valid for Gymnasium's checker, and the same
+environment as protorl's own."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+gymnasium = pytest.importorskip("gymnasium")
+
+from gymnasium.utils.env_checker import check_env  # noqa: E402
+
+import protorl.gym  # noqa: E402,F401 -- registers protorl/<task>-v0
+from protorl.envs import DMCEnv, list_tasks  # noqa: E402
+
+
+def test_every_task_is_registered():
+    assert {f"protorl/{task}-v0" for task in list_tasks()} <= set(gymnasium.registry)
+
+
+@pytest.mark.parametrize(("task", "obs"), [("walker_walk", "states"), ("point_mass_maze_explore", "pixels")])
+def test_gymnasium_checker_passes_a_suite_task_and_a_paper_task(task, obs):
+    env = gymnasium.make(f"protorl/{task}-v0", obs=obs, image_size=32, render_mode="rgb_array", render_size=32)
+    check_env(env.unwrapped)  # reset/step signatures, spaces, seeding determinism, rendering
+    env.reset(seed=0)
+    assert env.render().shape == (32, 32, 3)
+
+
+def test_same_frames_stack_action_repeat_and_time_limit_as_protorls_env():
+    """Same seed, same actions: the Gymnasium environment returns protorl's observations and rewards, and its
+    episode ends truncated where protorl's ends (1000 frames: 125 steps of 8)."""
+    settings = dict(obs="pixels", image_size=32, frame_stack=3, action_repeat=8, seed=5)
+    env = gymnasium.make("protorl/point_mass_maze_explore-v0", **settings)
+    own = DMCEnv("point_mass_maze_explore", **settings)
+    obs, _ = env.reset()
+    time_step = own.reset()
+    assert obs.shape == env.observation_space.shape == (9, 32, 32) and obs.dtype == np.uint8
+    np.testing.assert_array_equal(obs, time_step.obs)
+    rng = np.random.default_rng(0)
+    steps, truncated = 0, False
+    while not truncated and steps < 200:
+        action = rng.uniform(-1, 1, env.action_space.shape).astype(np.float32)
+        obs, reward, terminated, truncated, info = env.step(action)
+        time_step = own.step(action)
+        steps += 1
+        np.testing.assert_array_equal(obs, time_step.obs)
+        assert reward == time_step.reward and info["discount"] == time_step.discount
+        assert truncated == time_step.last and not terminated
+    assert steps == 125
+    # a reset with a seed reseeds the task: the same first observation as a fresh environment with that seed
+    first, _ = env.reset(seed=9)
+    np.testing.assert_array_equal(first, DMCEnv("point_mass_maze_explore", **{**settings, "seed": 9}).reset().obs)
+
+
+@pytest.mark.parametrize("obs", ["states", "pixels"])
+def test_pretrain_and_finetune_on_a_gymnasium_environment(obs, tmp_path):
+    """env=gym:<id>: a tiny Proto-RL pre-training and fine-tuning from its snapshot, through the real command."""
+    import protorl
+    from protorl.config import Config
+    from tests.agents import tiny_config
+
+    run_dir = tmp_path / "run"
+    config = Config(env="gym:InvertedPendulum-v5", obs=obs, image_size=32, action_repeat=4, seed_transitions=20,
+                    replay_capacity=1000, eval_episodes=1, eval_every_frames=400, analysis_every_frames=400,
+                    snapshot_at_frames=[], progress_bar=False, threads=1, tensorboard=False, pretrain_frames=400,
+                    finetune_frames=400, agent=tiny_config("proto", anti_collapse="center", reward_space="raw"),
+                    run_dir=str(run_dir))
+    pretrain, finetune = protorl.train(config)
+    assert (pretrain.frames, finetune.frames) == (400, 400) and pretrain.episodes > 0
+    assert pretrain.snapshots and pretrain.snapshots[-1].is_file()
+    from tests.runs import read_rows
+
+    rows = read_rows(run_dir / "pretrain" / "analysis.csv")  # the reward variance needs no physical state
+    assert rows and rows[-1]["variance/proto_mean"] != "" and rows[-1]["coverage/entropy"] == ""
+    evals = read_rows(run_dir / "finetune" / "eval.csv")
+    assert [r["frames"] for r in evals] == ["0", "400"]
+
+
+def test_a_gymnasium_id_that_does_not_exist_is_one_clear_error(tmp_path):
+    from tests.runs import STATES, assert_user_error, run
+
+    result = run("pretrain", *STATES, "env=gym:NoSuchEnv-v0", run_dir=tmp_path / "run")
+    assert_user_error(result, "NoSuchEnv-v0")
+    assert not (tmp_path / "run").exists()
+
+
+def test_a_checkpointed_random_state_continues_the_same_episodes():
+    """What a checkpoint keeps of a Gymnasium task (its generator) makes a fresh environment start the next
+    episode where the first would have."""
+    from protorl.envs.gymnasium_task import GymnasiumEnv
+
+    first = GymnasiumEnv("gym:InvertedPendulum-v5", obs="states", action_repeat=2, seed=3)
+    first.reset()
+    state = first.rng_state()
+    expected = first.reset().obs
+    resumed = GymnasiumEnv("gym:InvertedPendulum-v5", obs="states", action_repeat=2, seed=3)
+    assert not np.array_equal(resumed.reset().obs, expected)  # the seed's first episode is another one
+    resumed.set_rng_state(state)
+    np.testing.assert_array_equal(resumed.reset().obs, expected)
