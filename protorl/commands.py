@@ -24,6 +24,7 @@ from protorl.checkpoint import drop_checkpoints, write_text_atomic
 from protorl.config import Config, ConfigError, downstream_dir_name, downstream_tasks
 from protorl.envs import make_env
 from protorl.rundir import claim_run_dir, release_run_dir
+from protorl.shared_pretraining import snapshot_in_sweep
 from protorl.snapshot import load_snapshot
 from protorl.tracking import finish_run, phase_tracker, start_run
 from protorl.training import PhaseResult, Trainer, prepare_process
@@ -63,7 +64,13 @@ def configured(config: Config | None, fields: dict) -> Config:
 
 def check(config: Config, command: str) -> dict | None:
     """Check `config` for `command` (one of `COMMANDS`) before anything is written; for finetune, read and check
-    its snapshot and return it. `snapshot` is made absolute, so the run directory records where it came from."""
+    its snapshot and return it. `snapshot` is made absolute, so the run directory records where it came from; with
+    `pretrain_sweep` instead, it is the sweep's matching snapshot."""
+    if command == "finetune" and config.pretrain_sweep and not config.snapshot:
+        config.pretrain_sweep = str(Path(config.pretrain_sweep).resolve())
+        config.snapshot = str(snapshot_in_sweep(config.pretrain_sweep, agent_config(config.agent).name,
+                                                config.pretrain_env or config.env, config.seed,
+                                                config.pretrain_frames))
     if config.snapshot:
         config.snapshot = str(Path(config.snapshot).resolve())
     validate(config, command)

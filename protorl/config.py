@@ -87,6 +87,9 @@ class Config:
     env: str = "point_mass_easy"  # task the agent is evaluated and fine-tuned on (`domain_task`)
     pretrain_env: str | None = None  # task-agnostic phase task; None: same as `env` (its reward is hidden)
     snapshot: str | None = None  # finetune: path of the pre-training snapshot to start from
+    # finetune without `snapshot`: a pre-training sweep's directory; the snapshot is its run's of this agent, task
+    # (`pretrain_env` or `env`) and seed, at `pretrain_frames` (protorl/shared_pretraining.py)
+    pretrain_sweep: str | None = None
     # downstream tasks of one pre-training (protorl-train, protorl-finetune), each in its own
     # `finetune_<task>/` directory; empty: `env` alone, in `finetune/`
     finetune_envs: list[str] = field(default_factory=list)

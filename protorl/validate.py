@@ -116,9 +116,10 @@ def validate(cfg: Config, command: str) -> None:
         if other:
             raise ConfigError(f"downstream task(s) {', '.join(other)} are not of the pre-training task's domain "
                               f"{pretrain_domain!r}: a snapshot serves the tasks of its own domain only")
-    if command == "finetune" and not cfg.snapshot and pretrains:
-        raise ConfigError("finetune needs a pre-training snapshot: add snapshot=/path/to/snapshot.pt "
-                          "(or run protorl-train pretrain_frames=0 to learn without pre-training)")
+    if command == "finetune" and not (cfg.snapshot or cfg.pretrain_sweep) and pretrains:
+        raise ConfigError("finetune needs a pre-training snapshot: add snapshot=/path/to/snapshot.pt or "
+                          "pretrain_sweep=<a pre-training sweep's directory> (or run protorl-train pretrain_frames=0 to "
+                          "learn without pre-training)")
 
 
 def _float_values(cfg: Config) -> list[tuple[str, float]]:

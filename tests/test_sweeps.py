@@ -116,9 +116,11 @@ def test_every_experiment_preset_composes_to_a_valid_sweep(name):
     from protorl.envs import check_task
     from protorl.validate import validate
 
-    command = "pretrain" if name.startswith(("fig9", "fig10", "explore")) else "train"
+    command = ("pretrain" if name.startswith(("fig9", "fig10", "explore")) or "_pretrain" in name else
+               "finetune" if "_finetune" in name else "train")
+    given = ["pretrain_sweep=multirun/stage1"] if command == "finetune" else []  # the second stage's input
     with initialize_config_module("protorl.conf", version_base="1.3"):
-        cfg = compose(command, overrides=[f"experiment={name}"], return_hydra_config=True)
+        cfg = compose(command, overrides=[f"experiment={name}", *given], return_hydra_config=True)
     params = dict(cfg.hydra.sweeper.params)
     assert params, f"experiment {name} sweeps nothing"
     assert name in cfg.hydra.sweep.dir
@@ -129,7 +131,7 @@ def test_every_experiment_preset_composes_to_a_valid_sweep(name):
     jobs = [[f"{key}={option}"] for key, options in values.items() for option in options]  # each value once
     for job in jobs:
         with initialize_config_module("protorl.conf", version_base="1.3"):
-            job_cfg = compose(command, overrides=[f"experiment={name}", *job])
+            job_cfg = compose(command, overrides=[f"experiment={name}", *given, *job])
         config: Config = OmegaConf.to_object(OmegaConf.merge(job_cfg, {"run_dir": "."}))
         validate(config, command)
         if name.endswith("_small"):

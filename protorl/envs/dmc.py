@@ -16,6 +16,9 @@ from functools import cache
 
 import numpy as np
 
+from protorl.envs.gymnasium_task import GymnasiumEnv, check_gymnasium_task, gymnasium_id
+from protorl.envs.time_step import TimeStep
+
 
 def _suite():
     """Import dm_control's suite, choosing headless EGL rendering unless the user chose a backend."""
@@ -60,8 +63,6 @@ def list_tasks() -> list[str]:
 
 def check_task(name: str) -> None:
     """Raise `ValueError` listing the valid task names if `name` is not one (or not a registered `gym:<id>`)."""
-    from protorl.envs.gymnasium_task import check_gymnasium_task, gymnasium_id
-
     if gymnasium_id(name) is not None:
         check_gymnasium_task(name)
     elif name not in _task_table():
@@ -72,17 +73,6 @@ def split_task(name: str) -> tuple[str, str]:
     """`'point_mass_easy'` -> `('point_mass', 'easy')`; a Gymnasium task is a domain of its own."""
     check_task(name)
     return (name, name) if name.startswith("gym:") else _task_table()[name]
-
-
-@dataclass
-class TimeStep:
-    frame: np.ndarray  # newest frame: (3, H, W) uint8 for pixels, (S,) float32 for states
-    obs: np.ndarray  # what the agent sees: (3 * frame_stack, H, W) uint8, or (S,) float32
-    reward: float  # summed over the action repeat
-    discount: float  # product over the action repeat: 1.0 except at true terminations
-    first: bool
-    last: bool
-    physical_state: np.ndarray | None = None  # (S,) float64 physics.get_state(): qpos, qvel, act
 
 
 class DMCEnv:
@@ -222,11 +212,9 @@ class DMCEnv:
         return np.concatenate(list(self._frames), axis=0)
 
 
-def make_env(task: str, cfg, seed: int) -> DMCEnv:
+def make_env(task: str, cfg, seed: int) -> DMCEnv | GymnasiumEnv:
     """Build a `DMCEnv` (or for `gym:<id>`, a `GymnasiumEnv`) with the observation settings of a
     `protorl.config.Config`."""
-    from protorl.envs.gymnasium_task import GymnasiumEnv, gymnasium_id
-
     if gymnasium_id(task) is not None:
         return GymnasiumEnv(task, obs=cfg.obs, image_size=cfg.image_size, frame_stack=cfg.frame_stack,
                             action_repeat=cfg.action_repeat, seed=seed)

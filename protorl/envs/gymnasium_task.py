@@ -14,7 +14,7 @@ from collections import deque
 
 import numpy as np
 
-from protorl.envs.dmc import TimeStep
+from protorl.envs.time_step import TimeStep
 
 PREFIX = "gym:"
 NO_PHYSICAL_STATE = np.zeros(0)
