@@ -118,8 +118,8 @@ def validate(cfg: Config, command: str) -> None:
                               f"{pretrain_domain!r}: a snapshot serves the tasks of its own domain only")
     if command == "finetune" and not (cfg.snapshot or cfg.pretrain_sweep) and pretrains:
         raise ConfigError("finetune needs a pre-training snapshot: add snapshot=/path/to/snapshot.pt or "
-                          "pretrain_sweep=<a pre-training sweep's directory> (or run protorl-train pretrain_frames=0 to "
-                          "learn without pre-training)")
+                          "pretrain_sweep=<a pre-training sweep's directory> (or run protorl-train "
+                          "pretrain_frames=0 to learn without pre-training)")
 
 
 def _float_values(cfg: Config) -> list[tuple[str, float]]:
