@@ -136,6 +136,9 @@ def _float_values(cfg: Config) -> list[tuple[str, float]]:
 def _check_camera(cfg: Config, tasks: list[str]) -> None:
     for task in tasks:
         cameras = make_env(task, cfg, seed=0).num_cameras
+        if cameras == 0:
+            raise ConfigError(f"invalid config value camera_id={cfg.camera_id!r}: task {task} has no cameras to "
+                              "choose from (it renders its own view); leave camera_id unset")
         if not 0 <= cfg.camera_id < cameras:
             raise ConfigError(f"invalid config value camera_id={cfg.camera_id!r}: task {task} has cameras 0 to "
                               f"{cameras - 1}")

@@ -97,3 +97,15 @@ def test_a_checkpointed_random_state_continues_the_same_episodes():
     assert not np.array_equal(resumed.reset().obs, expected)  # the seed's first episode is another one
     resumed.set_rng_state(state)
     np.testing.assert_array_equal(resumed.reset().obs, expected)
+
+
+def test_a_camera_on_a_gymnasium_environment_is_refused_in_plain_words():
+    """A Gymnasium environment renders its own view: a camera_id is refused saying so (not "cameras 0 to -1")."""
+    from protorl.agents.proto import ProtoConfig
+    from protorl.config import Config, ConfigError
+    from protorl.validate import validate
+
+    config = Config(agent=ProtoConfig(), env="gym:InvertedPendulum-v5", obs="states", camera_id=0)
+    with pytest.raises(ConfigError, match="has no cameras to choose from") as info:
+        validate(config, "pretrain")
+    assert "-1" not in str(info.value)

@@ -81,7 +81,8 @@ def reward_field(score, env, spec: CoverageSpec, walls: list[tuple[float, float,
 def render_map(counts: np.ndarray, spec: CoverageSpec, walls: list[tuple[float, float, float, float]],
                prototype_xy: np.ndarray | None, title: str, reward: np.ndarray | None = None) -> np.ndarray:
     """Heat map of `counts` (bins, bins) over (x, y), walls in grey, prototypes (M, 2) in red, and beside it the
-    reward field (bins, bins) if given -> RGB (H, W, 3)."""
+    reward field (bins, bins) if given -> RGB (H, W, 3). An all-NaN field (no reward yet) keeps its panel, empty,
+    so that every map of a run has the same size."""
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
     from matplotlib.patches import Rectangle
@@ -98,7 +99,9 @@ def render_map(counts: np.ndarray, spec: CoverageSpec, walls: list[tuple[float, 
                         label="prototypes (closest state)")
         axes[0].legend(loc="lower right", fontsize=7)
     axes[0].set_title(title)
-    if reward is not None:
+    if reward is not None and np.isnan(reward).all():
+        axes[1].set_title("k-NN reward: none yet (too few candidates)")
+    elif reward is not None:
         image = axes[1].imshow(reward.T, origin="lower", extent=extent, cmap="magma", interpolation="nearest")
         fig.colorbar(image, ax=axes[1], label="intrinsic reward")
         axes[1].set_title("k-NN reward of the point at rest, now")

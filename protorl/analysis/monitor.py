@@ -140,8 +140,9 @@ class AnalysisMonitor(Callback):
                                       self.agent.prototypes)
             states = self.replay.physical_states[ends[closest.cpu().numpy()] % self.replay.capacity]
             prototype_xy = states[:, self.spec.columns]  # (M, 2)
-        if self.probe_env is not None and self.agent.can_score:
-            reward = reward_field(self._score, self.probe_env, self.spec, self.walls)
+        if self.probe_env is not None:  # before the queue holds k candidates, an empty panel of the same size
+            reward = (reward_field(self._score, self.probe_env, self.spec, self.walls) if self.agent.can_score
+                      else np.full(self.spec.shape, np.nan))
         image = render_map(self.counts, self.spec, self.walls, prototype_xy, f"state visitation, {frames} frames",
                            reward)
         self.map_dir.mkdir(parents=True, exist_ok=True)
