@@ -10,7 +10,7 @@ from torch import nn
 
 from protorl.agents import SAC
 from protorl.config import AgentConfig
-from protorl.networks import Actor, Critic, PixelEncoder, StateEncoder, soft_update
+from protorl.networks import CPU_MICRO_BATCH, Actor, Critic, PixelEncoder, StateEncoder, micro_batch_for, soft_update
 from tests.agents import PIXEL_OBS_SHAPE, tiny_agent, tiny_config
 
 
@@ -84,6 +84,25 @@ def test_micro_batched_encoder_equals_whole_batch_pass(micro_batch):
     for got, expected in zip(split_grads, grads, strict=True):  # sums over B in another order: relative to norm
         assert (got - expected).norm() <= 1e-5 * expected.norm()
     assert any((g != 0).any() for g in grads)  # the comparison is not of zeros
+
+
+def test_default_cpu_slicing_leaves_batches_up_to_its_size_exactly_as_whole():
+    """On a CPU the default slicing (`CPU_MICRO_BATCH`) gives bitwise the whole-batch features for any batch, and
+    bitwise the whole-batch gradients for a batch of its size (one slice): runs at batch <= CPU_MICRO_BATCH compute
+    exactly what an unsliced encoder computes."""
+    torch.manual_seed(0)
+    whole = PixelEncoder((9, 84, 84))
+    split = PixelEncoder((9, 84, 84), micro_batch=micro_batch_for(torch.device("cpu"), None))
+    split.load_state_dict(whole.state_dict())
+    obs = torch.randint(0, 256, (2 * CPU_MICRO_BATCH + 3, 9, 84, 84), dtype=torch.uint8)
+    with torch.no_grad():
+        assert torch.equal(split(obs), whole(obs))
+    first = obs[:CPU_MICRO_BATCH]
+    weights = torch.randn(CPU_MICRO_BATCH, whole.repr_dim)
+    features, grads = _encoder_grads(whole, first, weights)
+    split_features, split_grads = _encoder_grads(split, first, weights)
+    assert torch.equal(split_features, features)
+    assert all(torch.equal(got, expected) for got, expected in zip(split_grads, grads, strict=True))
 
 
 def test_bf16_autocast_encoder_is_close_to_float32():
