@@ -6,7 +6,7 @@ pre-training) run their pre-training sweep, then their fine-tuning sweep on it; 
 Prints one line per preset as it ends and a Markdown table at the end; writes `summary.json` and each
 preset's `scores.md` under --out.
 
-    python benchmarks/small_presets.py                        # every preset (about 2 hours on 2 CPU cores)
+    python benchmarks/small_presets.py                        # every preset (57 min measured on 2 CPU cores)
     python benchmarks/small_presets.py fig4_small fig14_small # some of them
 """
 
