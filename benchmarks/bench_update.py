@@ -8,6 +8,9 @@ and peak memory do not leak between rows. The baseline is the paper-faithful upd
 (the official code's structure): 4 online encoder forwards + 1 target forward per step, float
 replicate-pad + crop augmentation, a (B, Q, D) broadcast for the k-NN, PyTorch's default Adam,
 default tensor layout, and glibc's default malloc. It shares protorl's networks and math otherwise.
+Two further updates are run with every convolution and matrix product timed as the update runs it: how far
+those alone are from their limit, and what the rest of the update (augmentation, conversions, optimisers,
+Sinkhorn, the k-NN, diagnostics, Python) costs.
 
     python benchmarks/bench_update.py                 # all rows (about 15 minutes on 2 CPU cores)
     python benchmarks/bench_update.py --quick         # batch 32 rows and env/replay figures only
@@ -24,6 +27,7 @@ import time
 
 MICRO_BATCHES = (4, 8, 16, 32, 64, 128, 256, 512)  # searched for the encoder's fastest convolutions
 MATMULS = ("mm", "addmm", "bmm", "baddbmm")  # the aten products whose shapes an update's limit times
+CONVOLUTIONS = ("convolution", "convolution_backward")  # the encoder's, timed as the update runs them
 
 
 def _build(batch_size: int, phase: str, seed: int = 0):
@@ -99,7 +103,7 @@ def _baseline_update(agent, replay, step: int, state: dict) -> None:
 
 def _worker(kind: str, batch_size: int, phase: str, steps: int) -> dict:
     """Runs in a subprocess: seconds per update over `steps` updates (even) after 2 warm-up updates; for protorl
-    also the seconds its matrix products take at their best (`_matmul_limit`)."""
+    also what its convolutions and matrix products take, inside the update and at their best (`_products`)."""
     import copy
 
     import torch
@@ -134,25 +138,34 @@ def _worker(kind: str, batch_size: int, phase: str, steps: int) -> dict:
         update(step)
     result = {"seconds_per_update": (time.perf_counter() - start) / steps, "peak_rss_mb": _peak_rss_mb()}
     if kind == "protorl":
-        result["matmul_limit_s"] = _matmul_limit(lambda: [update(s) for s in (2 + steps, 3 + steps)]) / 2
+        products = _products(lambda: [update(s) for s in (2 + steps, 3 + steps)])
+        products["other_ops_s"] = {name: value / 2 for name, value in products["other_ops_s"].items()}
+        result.update({key: value if isinstance(value, dict) else value / 2 for key, value in products.items()})
     return result
 
 
-def _matmul_limit(run) -> float:
-    """Seconds of the matrix products `run()` computes (forward and backward): each shape timed on its own, at
-    the best of its own memory layout and a contiguous one."""
+def _products(run) -> dict:
+    """The convolutions and matrix products of `run()` (forward and backward): the seconds each took as the update
+    ran them ("conv_in_update_s", "matmul_in_update_s"), and the seconds of its matrix products at their best
+    ("matmul_limit_s"), each shape timed on its own at the best of its own memory layout and a contiguous one; and
+    the six other aten operations that took longest inside the update ("other_ops_s"). All per run of `run()`."""
     import torch
     from torch.utils._python_dispatch import TorchDispatchMode
 
     calls: dict[tuple, int] = {}  # (op, operand shapes and strides, or other arguments) -> times called
+    seconds: dict[str, float] = {}  # aten op -> seconds inside the update
 
     class Record(TorchDispatchMode):
         def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-            if func.overloadpacket.__name__ in MATMULS:
+            name = func.overloadpacket.__name__
+            if name in MATMULS:
                 key = (func, tuple((tuple(a.shape), a.stride()) if isinstance(a, torch.Tensor) else a
                                    for a in args))
                 calls[key] = calls.get(key, 0) + 1
-            return func(*args, **(kwargs or {}))
+            start = time.perf_counter()
+            out = func(*args, **(kwargs or {}))
+            seconds[name] = seconds.get(name, 0.0) + time.perf_counter() - start
+            return out
 
     with Record():
         run()
@@ -165,14 +178,17 @@ def _matmul_limit(run) -> float:
             return torch.randn(shape)
         return torch.randn(*shape[:-2], shape[-1], shape[-2]).transpose(-1, -2)  # a transposed operand
 
-    total = 0.0
+    limit = 0.0
     for (func, specs), count in calls.items():
-        seconds = []
+        timings = []
         for contiguous in (False, True):
             args = [operand(spec, contiguous) for spec in specs]
-            seconds.append(_best_of(5, lambda func=func, args=args: func(*args), warmup=1))
-        total += count * min(seconds)
-    return total
+            timings.append(_best_of(5, lambda func=func, args=args: func(*args), warmup=1))
+        limit += count * min(timings)
+    others = sorted((name for name in seconds if name not in MATMULS + CONVOLUTIONS), key=seconds.get, reverse=True)
+    return {"matmul_limit_s": limit, "conv_in_update_s": sum(seconds.get(name, 0.0) for name in CONVOLUTIONS),
+            "matmul_in_update_s": sum(seconds.get(name, 0.0) for name in MATMULS),
+            "other_ops_s": {name: seconds[name] for name in others[:6]}}
 
 
 def _best_of(repeats: int, fn, warmup: int = 0) -> float:
@@ -330,10 +346,11 @@ def main() -> None:
     print(f"(protorl convolves in micro-batches of {CPU_MICRO_BATCH} on a CPU: protorl.networks.CPU_MICRO_BATCH)\n")
 
     print("| update | batch | baseline s/update | protorl s/update | protorl updates/s | speed-up | limit s (conv + "
-          "matmul) | protorl / limit | fastest conv (fwd; fwd+bwd) | peak RSS MB (baseline / protorl) |")
-    print("|---|---|---|---|---|---|---|---|---|---|")
+          "matmul) | protorl / limit | in the update: conv + matmul s (/ limit) | in the update: the rest s | "
+          "fastest conv (fwd; fwd+bwd) | peak RSS MB (baseline / protorl) |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|")
     batches = [32] if args.quick else [512, 32]
-    malloc_note = ""
+    malloc_note, rest_notes = "", []
     for batch in batches:
         for phase in ("pretrain", "finetune"):
             steps = 4 if batch == 512 else 20
@@ -349,11 +366,19 @@ def main() -> None:
             speedup = f"{base['seconds_per_update'] / ours['seconds_per_update']:.2f}x" if base else "-"
             rss = f"{base['peak_rss_mb']:.0f} / {ours['peak_rss_mb']:.0f}" if base else f"- / {ours['peak_rss_mb']:.0f}"
             best = f"{fwd['layout']} {fwd['micro']}; {fwd_bwd['layout']} {fwd_bwd['micro']}"
+            products = ours["conv_in_update_s"] + ours["matmul_in_update_s"]
             print(f"| {phase} | {batch} | {base_s} | {ours['seconds_per_update']:.3f} | "
                   f"{1 / ours['seconds_per_update']:.2f} | {speedup} | {limit:.3f} ({conv_s:.3f} + "
-                  f"{ours['matmul_limit_s']:.3f}) | {ours['seconds_per_update'] / limit:.2f} | {best} | {rss} |",
-                  flush=True)
+                  f"{ours['matmul_limit_s']:.3f}) | {ours['seconds_per_update'] / limit:.2f} | {products:.3f} "
+                  f"({ours['conv_in_update_s']:.3f} + {ours['matmul_in_update_s']:.3f}; {products / limit:.2f}) | "
+                  f"{ours['seconds_per_update'] - products:.3f} | {best} | {rss} |", flush=True)
+            rest_notes.append(f"{phase} {batch}: " + ", ".join(
+                f"{name} {seconds * 1e3:.1f}" for name, seconds in ours["other_ops_s"].items()))
 
+    print("\nthe rest of each update: its longest other aten operations, ms per update (the remainder is Python and "
+          "dispatch)")
+    for note in rest_notes:
+        print(f"- {note}")
     if malloc_note:
         print(f"\npretrain update at batch 512 with protorl.utils.tune_malloc() skipped: {malloc_note}")
     print("\n| environment | obs | env frames/s (action repeat 2, 84x84 render) |")

@@ -68,7 +68,9 @@ class PixelEncoder(nn.Module):
         return self._encode(obs)
 
     def _encode(self, obs: torch.Tensor) -> torch.Tensor:
-        x = (obs * (1.0 / 255.0)).contiguous(memory_format=torch.channels_last)  # uint8 -> float32 in one pass
+        # uint8 -> float32, written channels-last in the same pass whatever the input's layout
+        x = torch.empty(obs.shape, dtype=torch.float32, device=obs.device, memory_format=torch.channels_last)
+        torch.mul(obs, 1.0 / 255.0, out=x)
         with torch.autocast(x.device.type, dtype=torch.bfloat16, enabled=self.bf16):
             h = self.convnet(x)  # (B, 32, 35, 35) stored channels-last
         return h.float().permute(0, 2, 3, 1).flatten(1)  # flattened in storage order (H, W, C): a view, no copy

@@ -88,3 +88,16 @@ def test_random_shift_of_a_constant_image_is_constant():
     # replicate padding never brings in zeros (unlike zero padding)
     images = torch.full((5, 3, 8, 8), 200, dtype=torch.uint8)
     assert torch.equal(random_shift(images, pad=4, generator=torch.Generator().manual_seed(9)), images)
+
+
+@pytest.mark.parametrize("layout", ["channels_last", "strided"])
+def test_random_shift_reads_any_memory_layout_as_its_values(layout):
+    # replay batches are contiguous, but a caller may pass channels-last images or a view with gaps
+    gen = torch.Generator().manual_seed(10)
+    images = torch.randint(0, 256, (6, 3, 12, 26), generator=gen, dtype=torch.uint8)
+    view = (images.contiguous(memory_format=torch.channels_last) if layout == "channels_last"
+            else images[:, :, :, ::2])
+    out = random_shift(view, pad=3, generator=torch.Generator().manual_seed(11))
+    expected = random_shift(view.contiguous(), pad=3, generator=torch.Generator().manual_seed(11))
+    assert torch.equal(out, expected)
+    _recover_shifts(view, out, pad=3)
