@@ -12,7 +12,7 @@ Two further updates are run with every convolution and matrix product timed as t
 those alone are from their limit, and what the rest of the update (augmentation, conversions, optimisers,
 Sinkhorn, the k-NN, diagnostics, Python) costs.
 
-    python benchmarks/bench_update.py                 # all rows (about 15 minutes on 2 CPU cores)
+    python benchmarks/bench_update.py                 # all rows (2-15 minutes on 2 CPU cores)
     python benchmarks/bench_update.py --quick         # batch 32 rows and env/replay figures only
 """
 
