@@ -23,7 +23,9 @@ import json
 import os
 import subprocess
 import sys
+import tempfile
 import time
+from pathlib import Path
 
 MICRO_BATCHES = (4, 8, 16, 32, 64, 128, 256, 512)  # searched for the encoder's fastest convolutions
 MATMULS = ("mm", "addmm", "bmm", "baddbmm")  # the aten products whose shapes an update's limit times
@@ -102,13 +104,17 @@ def _baseline_update(agent, replay, step: int, state: dict) -> None:
 
 
 def _worker(kind: str, batch_size: int, phase: str, steps: int) -> dict:
-    """Runs in a subprocess: seconds per update over `steps` updates (even) after 2 warm-up updates; for protorl
-    also what its convolutions and matrix products take, inside the update and at their best (`_products`)."""
+    """Runs in a subprocess: seconds per update over `steps` updates (even) after 2 warm-up updates, and the
+    protorl package it imported; for kind "protorl" also what its convolutions and matrix products take, inside
+    the update and at their best (`_products`). Kinds: "baseline", "protorl", "protorl-speed" (the seconds only;
+    benchmarks/paired_update.py), "protorl-default-malloc" (with glibc's default mmap behaviour)."""
     import copy
 
     import torch
 
-    if kind == "protorl":  # "protorl-default-malloc": the same update with glibc's default mmap behaviour
+    import protorl
+
+    if kind in ("protorl", "protorl-speed"):
         from protorl.utils import tune_malloc
 
         tune_malloc()
@@ -136,19 +142,19 @@ def _worker(kind: str, batch_size: int, phase: str, steps: int) -> dict:
     start = time.perf_counter()
     for step in range(2, 2 + steps):
         update(step)
-    result = {"seconds_per_update": (time.perf_counter() - start) / steps, "peak_rss_mb": _peak_rss_mb()}
+    result = {"seconds_per_update": (time.perf_counter() - start) / steps, "peak_rss_mb": _peak_rss_mb(),
+              "protorl": protorl.__file__}
     if kind == "protorl":
-        products = _products(lambda: [update(s) for s in (2 + steps, 3 + steps)])
-        products["other_ops_s"] = {name: value / 2 for name, value in products["other_ops_s"].items()}
-        result.update({key: value if isinstance(value, dict) else value / 2 for key, value in products.items()})
+        result.update(_products(update, (2 + steps, 3 + steps)))
     return result
 
 
-def _products(run) -> dict:
-    """The convolutions and matrix products of `run()` (forward and backward): the seconds each took as the update
-    ran them ("conv_in_update_s", "matmul_in_update_s"), and the seconds of its matrix products at their best
-    ("matmul_limit_s"), each shape timed on its own at the best of its own memory layout and a contiguous one; and
-    the six other aten operations that took longest inside the update ("other_ops_s"). All per run of `run()`."""
+def _products(update, steps: tuple[int, ...]) -> dict:
+    """The convolutions and matrix products of `update(step)` for each of `steps` (forward and backward): the
+    seconds they took as the update ran them ("conv_in_update_s", "matmul_in_update_s"), and the seconds of its
+    matrix products at their best ("matmul_limit_s"), each shape timed on its own at the best of its own memory
+    layout and a contiguous one; and the six other aten operations that took longest inside the update
+    ("other_ops_s"). All per update."""
     import torch
     from torch.utils._python_dispatch import TorchDispatchMode
 
@@ -168,7 +174,8 @@ def _products(run) -> dict:
             return out
 
     with Record():
-        run()
+        for step in steps:
+            update(step)
 
     def operand(spec, contiguous: bool):
         if not (isinstance(spec, tuple) and len(spec) == 2 and isinstance(spec[1], tuple)):
@@ -185,10 +192,13 @@ def _products(run) -> dict:
             args = [operand(spec, contiguous) for spec in specs]
             timings.append(_best_of(5, lambda func=func, args=args: func(*args), warmup=1))
         limit += count * min(timings)
-    others = sorted((name for name in seconds if name not in MATMULS + CONVOLUTIONS), key=seconds.get, reverse=True)
-    return {"matmul_limit_s": limit, "conv_in_update_s": sum(seconds.get(name, 0.0) for name in CONVOLUTIONS),
-            "matmul_in_update_s": sum(seconds.get(name, 0.0) for name in MATMULS),
-            "other_ops_s": {name: seconds[name] for name in others[:6]}}
+    per_update = {name: total / len(steps) for name, total in seconds.items()}
+    others = sorted((name for name in per_update if name not in MATMULS + CONVOLUTIONS), key=per_update.get,
+                    reverse=True)
+    return {"matmul_limit_s": limit / len(steps),
+            "conv_in_update_s": sum(per_update.get(name, 0.0) for name in CONVOLUTIONS),
+            "matmul_in_update_s": sum(per_update.get(name, 0.0) for name in MATMULS),
+            "other_ops_s": {name: per_update[name] for name in others[:6]}}
 
 
 def _best_of(repeats: int, fn, warmup: int = 0) -> float:
@@ -302,11 +312,20 @@ def _diagnostics_ms(batch_size: int, repeats: int = 50) -> float:
     return (time.perf_counter() - start) / repeats * 1e3
 
 
-def _run_worker(*args) -> dict:
+def _run_worker(*args, checkout: Path | None = None) -> dict:
+    """`_worker(*args)` in a fresh process; with `checkout`, importing that checkout's protorl (checked). The
+    process then starts outside any checkout: a working directory inside one would shadow PYTHONPATH."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("MALLOC_")}
-    out = subprocess.run([sys.executable, __file__, "--worker", *map(str, args)],
-                         capture_output=True, text=True, env=env, check=True)
-    return json.loads(out.stdout.strip().splitlines()[-1])
+    if checkout is not None:
+        env["PYTHONPATH"] = str(checkout)
+    with tempfile.TemporaryDirectory() as outside:
+        out = subprocess.run([sys.executable, str(Path(__file__).resolve()), "--worker", *map(str, args)],
+                             capture_output=True, text=True, env=env, check=True,
+                             cwd=outside if checkout is not None else None)
+    result = json.loads(out.stdout.strip().splitlines()[-1])
+    if checkout is not None and not Path(result["protorl"]).resolve().is_relative_to(checkout.resolve()):
+        raise RuntimeError(f"imported {result['protorl']}, not the checkout {checkout}")
+    return result
 
 
 def _print_conv_search(search: dict) -> None:
