@@ -31,23 +31,26 @@ PROJECTION_METRICS = ("repr/projection_spread", "repr/shared_direction")  # of `
 PROTOTYPE_METRICS = ("repr/distinct_prototypes", "repr/target_entropy")  # of agents with prototypes
 
 
-def sinkhorn_entropy(q: torch.Tensor) -> float:
-    """Mean entropy of the rows of assignments q (B, M), in nats."""
-    return float(-(q * q.clamp_min(1e-30).log()).sum(dim=1).mean())
+@torch.no_grad()
+def sinkhorn_entropy(q: torch.Tensor) -> torch.Tensor:
+    """Mean entropy of the rows of assignments q (B, M), in nats: a 0-d tensor."""
+    return -(q * q.clamp_min(1e-30).log()).sum(dim=1).mean()
 
 
 @torch.no_grad()
 def projection_diagnostics(raw: torch.Tensor, used: torch.Tensor | None = None,
-                           prototypes: torch.Tensor | None = None) -> dict[str, float]:
-    """`repr/*` of a batch: raw (B, D) the linear projector's outputs; used (B, D) the projections before L2
-    normalisation as the method uses them (default: raw); with prototypes (M, D), the distinct nearest ones."""
+                           prototypes: torch.Tensor | None = None) -> dict[str, torch.Tensor]:
+    """`repr/*` of a batch as 0-d tensors: raw (B, D) the linear projector's outputs; used (B, D) the projections
+    before L2 normalisation as the method uses them (default: raw); with prototypes (M, D), the distinct nearest
+    ones. Nothing is read back to the host."""
     z = F.normalize(raw if used is None else used, dim=1)  # (B, D)
     metrics = {
-        "repr/projection_spread": float(torch.pdist(z).median()) if len(z) > 1 else 0.0,
-        "repr/shared_direction": float(raw.mean(dim=0).norm() / raw.norm(dim=1).mean().clamp_min(1e-30)),
+        "repr/projection_spread": torch.pdist(z).median() if len(z) > 1 else z.new_zeros(()),
+        "repr/shared_direction": raw.mean(dim=0).norm() / raw.norm(dim=1).mean().clamp_min(1e-30),
     }
     if prototypes is not None:
-        metrics["repr/distinct_prototypes"] = float(torch.unique((z @ prototypes.t()).argmax(dim=1)).numel())
+        nearest = (z @ prototypes.t()).argmax(dim=1)  # (B,)
+        metrics["repr/distinct_prototypes"] = z.new_zeros(len(prototypes)).index_fill_(0, nearest, 1.0).sum()
     return metrics
 
 

@@ -10,6 +10,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
+import torch
 
 EPISODE_COLUMNS = ["frames", "agent_steps", "episode", "episode_reward", "episode_length_frames", "fps",
                    "total_time_s"]  # train.csv's first columns; the agent's update metrics follow
@@ -57,7 +58,11 @@ class CSVFile:
 
 
 class Logger:
-    """Averages update metrics between episode ends; writes one train row per episode, one per eval."""
+    """Averages update metrics between episode ends; writes one train row per episode, one per eval.
+
+    Update metrics may be 0-d tensors on an accelerator: `accumulate` keeps them there, and they are read back
+    in one transfer when a row is written or `flush` is called, so updates do not wait for the host.
+    """
 
     def __init__(self, log_dir: Path, metrics: Sequence[str], tensorboard: bool = True, tracker=None):
         """`metrics`: the names of the update metrics (`Agent.metric_names()`), train.csv's columns after
@@ -68,6 +73,7 @@ class Logger:
         self.eval_csv = CSVFile(log_dir / "eval.csv", EVAL_COLUMNS)
         self._sums: dict[str, float] = defaultdict(float)
         self._counts: dict[str, int] = defaultdict(int)
+        self._pending: list[dict[str, torch.Tensor | float]] = []  # update metrics not yet read back
         self._tb = None  # opened at the first scalar or image: its events file starts where the run does
         self._tb_dir = log_dir / "tb" if tensorboard else None
         self._tracker = tracker
@@ -85,6 +91,7 @@ class Logger:
 
     def state_dict(self, frames: int) -> dict:
         """Where the files stand and the metrics not yet written, at `frames`."""
+        self.flush()
         if self._tb is not None:
             self._tb.flush()
         for path in self._events_files():
@@ -105,6 +112,7 @@ class Logger:
         self._sums.update(state["sums"])
         self._counts.clear()
         self._counts.update(state["counts"])
+        self._pending.clear()
         self._cut_tensorboard(state["tensorboard"])
 
     def reset(self) -> None:
@@ -125,13 +133,35 @@ class Logger:
             else:
                 path.unlink()
 
-    def accumulate(self, metrics: dict[str, float]) -> None:
-        for key, value in metrics.items():
-            self._sums[key] += value
-            self._counts[key] += 1
+    def accumulate(self, metrics: dict[str, torch.Tensor | float]) -> None:
+        """Add one update's metrics (numbers or 0-d tensors) to the next row's averages."""
+        self._pending.append(metrics)
+
+    def flush(self) -> dict[str, float]:
+        """Read the pending update metrics back to the host (one transfer per dtype) into the running sums.
+
+        Returns the non-finite ones: metric -> its first non-finite value since the last flush."""
+        if not self._pending:
+            return {}
+        tensors = [v for metrics in self._pending for v in metrics.values() if isinstance(v, torch.Tensor)]
+        by_dtype: dict[torch.dtype, list[torch.Tensor]] = defaultdict(list)
+        for tensor in tensors:
+            by_dtype[tensor.dtype].append(tensor.reshape(()))
+        values = {dtype: iter(torch.stack(group).tolist()) for dtype, group in by_dtype.items()}
+        bad: dict[str, float] = {}
+        for metrics in self._pending:
+            for key, value in metrics.items():
+                value = next(values[value.dtype]) if isinstance(value, torch.Tensor) else float(value)
+                if not math.isfinite(value):
+                    bad.setdefault(key, value)
+                self._sums[key] += value
+                self._counts[key] += 1
+        self._pending.clear()
+        return bad
 
     def log_train(self, row: dict) -> dict:
         """Write an episode row merged with the update metrics averaged since the last row."""
+        self.flush()
         row = dict(row)
         row.update({key: self._sums[key] / self._counts[key] for key in self._sums})
         self._sums.clear()

@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 
 import torch
-from torch import distributions as pyd
+import torch.nn.functional as F
 from torch import nn
 
 
@@ -113,16 +113,45 @@ def make_encoder(obs_type: str, obs_shape: tuple[int, ...], state_hidden_dim: in
     return StateEncoder(obs_shape, state_hidden_dim)
 
 
-class SquashedNormal(pyd.TransformedDistribution):
-    """tanh(N(mu, sigma)): the SAC policy distribution; `mean` is tanh(mu)."""
+class SquashedNormal:
+    """tanh(N(mu, sigma)): the SAC policy distribution; `mean` is tanh(mu).
+
+    The same arithmetic as `torch.distributions.TransformedDistribution(Normal(mu, sigma), TanhTransform())`,
+    written out: no argument validation (which reads tensors back to the host) and no transform machinery. The
+    log-probability of a sample from `rsample` reuses its pre-tanh value, as the transform's cache does.
+    """
 
     def __init__(self, loc: torch.Tensor, scale: torch.Tensor):
-        self.loc, self.scale = loc, scale
-        super().__init__(pyd.Normal(loc, scale), [pyd.TanhTransform(cache_size=1)])
+        self.loc, self.scale = loc, scale  # (B, |A|) each
+        self._pre_tanh: tuple[torch.Tensor, torch.Tensor] | None = None  # (x, tanh(x)) of the last rsample
 
     @property
     def mean(self) -> torch.Tensor:
         return torch.tanh(self.loc)
+
+    def sample(self) -> torch.Tensor:
+        """An action without gradient: tanh of a draw of N(mu, sigma)."""
+        with torch.no_grad():  # torch.normal(loc, scale)'s arithmetic, without its check of scale on the host
+            eps = torch.empty(self.loc.shape, dtype=self.loc.dtype, device=self.loc.device).normal_()
+            return eps.mul_(self.scale).add_(self.loc).tanh()
+
+    def rsample(self) -> torch.Tensor:
+        """A reparameterised action tanh(mu + sigma * eps), eps ~ N(0, I): (B, |A|)."""
+        eps = torch.empty(self.loc.shape, dtype=self.loc.dtype, device=self.loc.device).normal_()
+        x = self.loc + eps * self.scale
+        y = x.tanh()
+        self._pre_tanh = (x, y)
+        return y
+
+    def log_prob(self, action: torch.Tensor) -> torch.Tensor:
+        """Log-density of each action dimension: (B, |A|)."""
+        if self._pre_tanh is not None and self._pre_tanh[1] is action:
+            x = self._pre_tanh[0]
+        else:
+            x = torch.atanh(action)
+        log_abs_det_jacobian = 2.0 * (math.log(2.0) - x - F.softplus(-2.0 * x))
+        normal = -((x - self.loc) ** 2) / (2 * self.scale**2) - self.scale.log() - math.log(math.sqrt(2 * math.pi))
+        return (0.0 - log_abs_det_jacobian) + normal
 
 
 class Actor(nn.Module):
@@ -160,11 +189,13 @@ class Critic(nn.Module):
 
 @torch.no_grad()
 def soft_update(online: nn.Module, target: nn.Module, tau: float) -> None:
-    """target <- tau * online + (1 - tau) * target, parameter by parameter."""
-    for p, tp in zip(online.parameters(), target.parameters(), strict=True):
-        tp.lerp_(p, tau)
+    """target <- tau * online + (1 - tau) * target, every parameter in one multi-tensor call."""
+    targets, sources = list(target.parameters()), list(online.parameters())
+    if len(targets) != len(sources):
+        raise ValueError(f"target has {len(targets)} parameters, online {len(sources)}")
+    torch._foreach_lerp_(targets, sources, tau)
 
 
-def log_prob_sum(dist: pyd.Distribution, action: torch.Tensor) -> torch.Tensor:
+def log_prob_sum(dist: SquashedNormal, action: torch.Tensor) -> torch.Tensor:
     """Log-probability of each action vector: (B, |A|) -> (B, 1)."""
     return dist.log_prob(action).sum(-1, keepdim=True)

@@ -140,6 +140,8 @@ class Projector(nn.Module):
         self.linear = nn.Linear(repr_dim, proj_dim)
         self.anti_collapse, self.momentum = anti_collapse, momentum
         self.register_buffer("batches_seen", torch.zeros((), dtype=torch.long))
+        self._batches_seen = 0  # the same count on the host: the momentum needs it without reading the device
+        self.register_load_state_dict_post_hook(Projector._count_from_buffer)
         self.register_buffer("running_spread", torch.ones(()))
         if anti_collapse != "none":
             self.register_buffer("running_mean", torch.zeros(proj_dim))
@@ -154,7 +156,7 @@ class Projector(nn.Module):
     def anti_collapse_step(self, x: torch.Tensor, batch_stats: bool = False) -> torch.Tensor:
         """The linear map's outputs (B, D) -> the projections (B, D) (identity for "none", the paper)."""
         update = batch_stats and self.training
-        momentum = max(self.momentum, 1.0 / (int(self.batches_seen) + 1)) if update else 0.0
+        momentum = max(self.momentum, 1.0 / (self._batches_seen + 1)) if update else 0.0
         if self.anti_collapse == "center":
             if batch_stats:
                 mean = x.mean(dim=0)  # (D,)
@@ -171,7 +173,12 @@ class Projector(nn.Module):
             with torch.no_grad():
                 self.running_spread.lerp_((x - x.mean(dim=0)).square().sum(dim=1).mean(), momentum)
             self.batches_seen += 1
+            self._batches_seen += 1
         return x
+
+    @staticmethod
+    def _count_from_buffer(module: Projector, incompatible_keys) -> None:
+        module._batches_seen = int(module.batches_seen)  # once per loaded state, not per batch
 
 
 class ProtoHead(nn.Module):

@@ -41,7 +41,7 @@ def tiny_agent(name: str, mode: str, cfg: AgentConfig | None = None, seed: int |
     return AGENTS[name](obs_type, obs_shape, POINT_MASS_ACTION_SHAPE, cfg, CPU, mode)
 
 
-def update(agent: Agent, replay: ReplayBuffer, step: int) -> dict[str, float]:
+def update(agent: Agent, replay: ReplayBuffer, step: int) -> dict[str, torch.Tensor]:
     """Sample a batch of the agent's size and run one update, as the trainer does."""
     return agent.update(replay.sample(agent.cfg.batch_size, agent.device), step)
 

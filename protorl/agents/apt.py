@@ -15,13 +15,13 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from protorl.agents.base import Agent, optimizer_step, reward_metrics
+from protorl.agents.base import Agent, Metrics, optimizer_step, reward_metrics
 from protorl.config import AgentConfig, invalid, positive
 from protorl.diagnostics import PROJECTION_METRICS, projection_diagnostics
 from protorl.networks import orthogonal_init
+from protorl.optim import make_adam
 from protorl.proto import nearest_distances
 from protorl.replay import Batch
-from protorl.utils import make_adam
 
 
 @dataclass
@@ -82,7 +82,7 @@ class APTAgent(Agent):
         """(B, repr) -> L2-normalised projections (B, D): the space of the contrastive loss and the reward."""
         return F.normalize(self.projector(features), dim=1)
 
-    def update_pretrain(self, batch: Batch, step: int) -> dict[str, float]:
+    def update_pretrain(self, batch: Batch, step: int) -> Metrics:
         """Two views of x_t for the contrastive loss, one of x_{t+1} for the reward."""
         view, other_view = self.augment(batch.obs), self.augment(batch.obs)
         next_obs = self.augment(batch.next_obs)
@@ -96,6 +96,6 @@ class APTAgent(Agent):
         optimizer_step(contrastive_loss, self.repr_optimizer)
 
         metrics = self.sac.update(features.detach(), batch.action, intr_reward, batch.discount, next_features, step)
-        metrics.update(repr_loss=contrastive_loss.item(), **reward_metrics("intr_reward", intr_reward),
+        metrics.update(repr_loss=contrastive_loss.detach(), **reward_metrics("intr_reward", intr_reward),
                        **projection_diagnostics(next_raw))
         return metrics

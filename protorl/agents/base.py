@@ -20,7 +20,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from protorl.agents.sac import SAC, SAC_METRICS
+from protorl.agents.sac import SAC, SAC_METRICS, Metrics
 from protorl.augment import random_shift
 from protorl.config import AgentConfig
 from protorl.diagnostics import collapse_message
@@ -96,8 +96,9 @@ class Agent:
         obs_t = torch.as_tensor(obs, device=self.device).unsqueeze(0)
         return self.sac.act(self.encoder(obs_t), sample)[0].cpu().numpy()
 
-    def update(self, batch: Batch, step: int) -> dict[str, float]:
-        """One update of the agent's mode on a replay batch; `step` counts agent updates."""
+    def update(self, batch: Batch, step: int) -> Metrics:
+        """One update of the agent's mode on a replay batch; `step` counts agent updates. The metrics stay on the
+        device: reading them back waits for the update, so the trainer reads them once per logged row."""
         return self._update(batch, step)
 
     def augment(self, obs: torch.Tensor) -> torch.Tensor:
@@ -110,12 +111,12 @@ class Agent:
         """The batch's observations x_t and x_{t+1}, each randomly shifted: (B, *obs_shape) each."""
         return self.augment(batch.obs), self.augment(batch.next_obs)
 
-    def update_frozen(self, batch: Batch, step: int) -> dict[str, float]:
+    def update_frozen(self, batch: Batch, step: int) -> Metrics:
         """Downstream on a frozen encoder: a SAC update on the task reward (baselines, appendix C.4)."""
         obs, next_obs = self.augmented(batch)
         features, next_features = frozen_features(self.encoder, obs, next_obs)
         metrics = self.sac.update(features, batch.action, batch.reward, batch.discount, next_features, step)
-        metrics["extr_reward_mean"] = batch.reward.mean().item()
+        metrics["extr_reward_mean"] = batch.reward.mean()
         return metrics
 
     def collapse_message(self, row: dict) -> str | None:
@@ -174,7 +175,7 @@ def frozen_features(encoder: nn.Module, obs: torch.Tensor, next_obs: torch.Tenso
 
 def critic_through_encoder(encoder: nn.Module, sac: SAC, obs: torch.Tensor, action: torch.Tensor,
                            reward: torch.Tensor, discount: torch.Tensor, next_obs: torch.Tensor, step: int,
-                           encoder_optimizer: torch.optim.Optimizer) -> dict[str, float]:
+                           encoder_optimizer: torch.optim.Optimizer) -> Metrics:
     """DrQ's rule: the critic loss also trains the encoder; targets and the actor use detached features."""
     features = encoder(obs)  # (B, R), with gradient
     with torch.no_grad():
@@ -191,6 +192,7 @@ def optimizer_step(loss: torch.Tensor, *optimizers: torch.optim.Optimizer) -> No
         optimizer.step()
 
 
-def reward_metrics(prefix: str, reward: torch.Tensor) -> dict[str, float]:
+def reward_metrics(prefix: str, reward: torch.Tensor) -> Metrics:
     """`<prefix>_mean` and `<prefix>_std` (population) of a batch of rewards (B, 1)."""
-    return {f"{prefix}_mean": reward.mean().item(), f"{prefix}_std": reward.std(correction=0).item()}
+    reward = reward.detach()
+    return {f"{prefix}_mean": reward.mean(), f"{prefix}_std": reward.std(correction=0)}

@@ -10,9 +10,9 @@ from __future__ import annotations
 
 import torch
 
-from protorl.agents.base import Agent, critic_through_encoder
+from protorl.agents.base import Agent, Metrics, critic_through_encoder
+from protorl.optim import make_adam
 from protorl.replay import Batch
-from protorl.utils import make_adam
 
 
 class DrQAgent(Agent):
@@ -24,9 +24,9 @@ class DrQAgent(Agent):
     def representation_optimizers(self) -> dict[str, torch.optim.Optimizer]:
         return {"encoder": self.encoder_optimizer}
 
-    def update_online(self, batch: Batch, step: int) -> dict[str, float]:
+    def update_online(self, batch: Batch, step: int) -> Metrics:
         obs, next_obs = self.augmented(batch)
         metrics = critic_through_encoder(self.encoder, self.sac, obs, batch.action, batch.reward, batch.discount,
                                          next_obs, step, self.encoder_optimizer)
-        metrics["extr_reward_mean"] = batch.reward.mean().item()
+        metrics["extr_reward_mean"] = batch.reward.mean()
         return metrics

@@ -15,12 +15,12 @@ from typing import Any
 import torch
 from torch import nn
 
-from protorl.agents.base import Agent, critic_through_encoder, optimizer_step, reward_metrics
+from protorl.agents.base import Agent, Metrics, critic_through_encoder, optimizer_step, reward_metrics
 from protorl.config import AgentConfig, positive
 from protorl.diagnostics import PROJECTION_METRICS, projection_diagnostics
 from protorl.networks import mlp, orthogonal_init
+from protorl.optim import make_adam
 from protorl.replay import Batch
-from protorl.utils import make_adam
 
 
 @dataclass
@@ -115,7 +115,7 @@ class ICMAgent(Agent):
     def representation_optimizers(self) -> dict[str, torch.optim.Optimizer]:
         return {"encoder": self.encoder_optimizer, "icm": self.icm_optimizer}
 
-    def update_pretrain(self, batch: Batch, step: int) -> dict[str, float]:
+    def update_pretrain(self, batch: Batch, step: int) -> Metrics:
         obs, next_obs = self.augmented(batch)
         features, next_features = self.encoder(torch.cat([obs, next_obs])).chunk(2)  # (B, R) each, with gradient
         forward_error, inverse_error = self.icm.errors(features, batch.action, next_features)
@@ -126,6 +126,6 @@ class ICMAgent(Agent):
             diagnostics = projection_diagnostics(self.icm.projection(next_features))  # of phi(x_{t+1}), (B, 50)
         metrics = critic_through_encoder(self.encoder, self.sac, obs, batch.action, intr_reward, batch.discount,
                                          next_obs, step, self.encoder_optimizer)
-        metrics.update(icm_forward_loss=forward_error.mean().item(), icm_inverse_loss=inverse_error.mean().item(),
+        metrics.update(icm_forward_loss=forward_error.detach().mean(), icm_inverse_loss=inverse_error.detach().mean(),
                        **reward_metrics("intr_reward", intr_reward), **diagnostics)
         return metrics

@@ -24,7 +24,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from protorl.agents.base import Agent, frozen_features, optimizer_step, reward_metrics
+from protorl.agents.base import Agent, Metrics, frozen_features, optimizer_step, reward_metrics
 from protorl.config import AgentConfig, in_unit_interval, invalid, positive
 from protorl.diagnostics import (
     PROJECTION_METRICS,
@@ -34,6 +34,7 @@ from protorl.diagnostics import (
     sinkhorn_entropy,
 )
 from protorl.networks import soft_update
+from protorl.optim import make_adam
 from protorl.proto import (
     ANTI_COLLAPSE,
     REWARD_SPACES,
@@ -45,7 +46,6 @@ from protorl.proto import (
     sinkhorn,
 )
 from protorl.replay import Batch
-from protorl.utils import make_adam
 
 log = logging.getLogger("protorl")
 
@@ -123,17 +123,17 @@ class ProtoAgent(Agent):
         self.repr_optimizer = make_adam([*self.encoder.parameters(), *self.head.parameters()], cfg.lr)
 
     # -- learning -----------------------------------------------------------------------------------
-    def update_pretrain(self, batch: Batch, step: int) -> dict[str, float]:
+    def update_pretrain(self, batch: Batch, step: int) -> Metrics:
         return self._update_with_ssl(batch, step, extr_reward=None)
 
-    def update_online(self, batch: Batch, step: int) -> dict[str, float]:
+    def update_online(self, batch: Batch, step: int) -> Metrics:
         return self._update_with_ssl(batch, step, extr_reward=batch.reward)
 
-    def _update_with_ssl(self, batch: Batch, step: int, extr_reward: torch.Tensor | None) -> dict[str, float]:
+    def _update_with_ssl(self, batch: Batch, step: int, extr_reward: torch.Tensor | None) -> Metrics:
         """One step of appendix D's routine; SAC's reward is r_intr (pre-training) or r + alpha * r_intr."""
         cfg = self.cfg
         obs, next_obs = self.augmented(batch)  # x_t, x_{t+1}: (B, *obs_shape) each
-        metrics: dict[str, float] = {}
+        metrics: Metrics = {}
 
         # r_t = compute_rewards(x_{t+1}), with this step's online encoder, before its SSL update. The same
         # forward of x_{t+1} gives SAC its next features y_{t+1} (the paper's code runs it twice).
@@ -151,7 +151,7 @@ class ProtoAgent(Agent):
             optimizer_step(repr_loss, self.repr_optimizer)
             self.head.normalize_prototypes_()  # C = normalize(C): unit-norm until the next SSL step
             features = features.detach()
-            metrics.update({"repr_loss": repr_loss.item(), "repr/target_entropy": sinkhorn_entropy(target_q)})
+            metrics.update({"repr_loss": repr_loss.detach(), "repr/target_entropy": sinkhorn_entropy(target_q)})
         else:
             with torch.no_grad():
                 features = self.encoder(obs)
@@ -166,10 +166,10 @@ class ProtoAgent(Agent):
         metrics.update(**reward_metrics("intr_reward", intr_reward),
                        **projection_diagnostics(next_linear, next_raw, self.head.prototypes))
         if extr_reward is not None:
-            metrics["extr_reward_mean"] = extr_reward.mean().item()
+            metrics["extr_reward_mean"] = extr_reward.mean()
         return metrics
 
-    def update_frozen(self, batch: Batch, step: int) -> dict[str, float]:
+    def update_frozen(self, batch: Batch, step: int) -> Metrics:
         """Downstream from a snapshot: SAC on the frozen features with r + alpha * r_intr."""
         obs, next_obs = self.augmented(batch)
         features, next_features = frozen_features(self.encoder, obs, next_obs)  # (B, R) each
@@ -177,7 +177,7 @@ class ProtoAgent(Agent):
             intr_reward = self.enqueue_and_score(self.head.projector(next_features))  # (B, 1)
             reward = batch.reward + self.cfg.intr_coef * intr_reward
         metrics = self.sac.update(features, batch.action, reward, batch.discount, next_features, step)
-        metrics.update(**reward_metrics("intr_reward", intr_reward), extr_reward_mean=batch.reward.mean().item())
+        metrics.update(**reward_metrics("intr_reward", intr_reward), extr_reward_mean=batch.reward.mean())
         return metrics
 
     def representation_loss(self, features: torch.Tensor, next_obs: torch.Tensor

@@ -12,9 +12,9 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from protorl.agents.base import Agent, critic_through_encoder
+from protorl.agents.base import Agent, Metrics, critic_through_encoder
+from protorl.optim import make_adam
 from protorl.replay import Batch
-from protorl.utils import make_adam
 
 
 class RandomAgent(Agent):
@@ -32,7 +32,7 @@ class RandomAgent(Agent):
             return (2 * torch.rand(self.action_shape) - 1).numpy()
         return super().act(obs, sample)
 
-    def update_pretrain(self, batch: Batch, step: int) -> dict[str, float]:
+    def update_pretrain(self, batch: Batch, step: int) -> Metrics:
         obs, next_obs = self.augmented(batch)
         no_reward = torch.zeros_like(batch.discount)  # (B, 1)
         return critic_through_encoder(self.encoder, self.sac, obs, batch.action, no_reward, batch.discount,

@@ -15,9 +15,10 @@ import torch.nn.functional as F
 
 from protorl.config import AgentConfig
 from protorl.networks import Actor, Critic, log_prob_sum, soft_update
-from protorl.utils import make_adam
+from protorl.optim import make_adam
 
 SAC_METRICS = ("critic_loss", "critic_q", "actor_loss", "alpha", "actor_entropy")  # what `SAC.update` returns
+Metrics = dict[str, torch.Tensor]  # an update's metrics: 0-d tensors on the agent's device, read back when logged
 
 
 class SAC:
@@ -47,7 +48,7 @@ class SAC:
 
     def update(self, features: torch.Tensor, action: torch.Tensor, reward: torch.Tensor, discount: torch.Tensor,
                next_features: torch.Tensor, step: int, encoder_optimizer: torch.optim.Optimizer | None = None
-               ) -> dict[str, float]:
+               ) -> Metrics:
         """One SAC update on encoder features y_t, y_{t+1} (B, repr); reward, discount (B, 1).
 
         Features must be detached unless `encoder_optimizer` is given: then `features` carries the encoder's
@@ -63,7 +64,7 @@ class SAC:
         return metrics
 
     def update_critic(self, features, action, reward, discount, next_features,
-                      encoder_optimizer: torch.optim.Optimizer | None = None) -> dict[str, float]:
+                      encoder_optimizer: torch.optim.Optimizer | None = None) -> Metrics:
         with torch.no_grad():
             dist = self.actor(next_features)
             next_action = dist.rsample()
@@ -78,9 +79,10 @@ class SAC:
         critic_loss.backward()
         for optimizer in optimizers:
             optimizer.step()
-        return {"critic_loss": critic_loss.item(), "critic_q": q1.mean().item()}
+        with torch.no_grad():
+            return {"critic_loss": critic_loss.detach(), "critic_q": q1.mean()}
 
-    def update_actor_and_alpha(self, features) -> dict[str, float]:
+    def update_actor_and_alpha(self, features) -> Metrics:
         dist = self.actor(features)
         action = dist.rsample()
         log_prob = log_prob_sum(dist, action)
@@ -96,8 +98,8 @@ class SAC:
         self.alpha_optimizer.zero_grad(set_to_none=True)
         alpha_loss.backward()
         self.alpha_optimizer.step()
-        return {"actor_loss": actor_loss.item(), "alpha": self.alpha.item(),
-                "actor_entropy": -log_prob.mean().item()}
+        with torch.no_grad():
+            return {"actor_loss": actor_loss.detach(), "alpha": self.alpha, "actor_entropy": -log_prob.mean()}
 
     # -- persistence --------------------------------------------------------------------------------
     def state_dict(self) -> dict:

@@ -20,9 +20,10 @@ class Evaluation(Callback):
     return to eval.csv and the result, the first one's video (`save_video`) to videos/."""
 
     def __init__(self, cfg: Config, env: DMCEnv, agent: Agent, logger: Logger, result: PhaseResult,
-                 elapsed: Callable[[], float]):
-        """`elapsed`: the phase's wall time so far, in seconds."""
-        self.cfg, self.env, self.agent = cfg, env, agent
+                 elapsed: Callable[[], float], check_finite: Callable[[], None] = lambda: None):
+        """`elapsed`: the phase's wall time so far, in seconds; `check_finite`: raises if the updates since its last
+        call diverged, run before each evaluation."""
+        self.cfg, self.env, self.agent, self.check_finite = cfg, env, agent, check_finite
         self.logger, self.result, self.elapsed = logger, result, elapsed
         self.evaluates = cfg.eval_episodes > 0 and (result.phase == "finetune" or cfg.eval_during_pretrain)
         self.next_frames = 0
@@ -38,6 +39,7 @@ class Evaluation(Callback):
 
     def evaluate(self, frames: int) -> None:
         """Run `eval_episodes` episodes with the policy's mean action; log their mean return."""
+        self.check_finite()
         rewards = []
         video_frames: list[np.ndarray] = []
         record = self.cfg.save_video

@@ -78,8 +78,8 @@ class Trainer:
         # in the order their hooks run: evaluation and snapshots before a step; at an episode's end the train.csv
         # row, the analyses, then a checkpoint of what they all did
         self.callbacks: list[Callback] = [
-            Evaluation(cfg, self.eval_env, self.agent, self.logger, self.result, self.elapsed),
-            Snapshots(cfg, self.total_frames, self.env, self.agent, self.result),
+            Evaluation(cfg, self.eval_env, self.agent, self.logger, self.result, self.elapsed, self.check_finite),
+            Snapshots(cfg, self.total_frames, self.env, self.agent, self.result, self.check_finite),
             ProgressLog(cfg, self.total_steps * self.env.action_repeat, self.env.action_repeat, self.agent,
                         self.logger, self.result, self.elapsed),
             phase_analyses(cfg, phase, self.env, self.agent, self.replay, self.logger, out_dir),
@@ -114,8 +114,10 @@ class Trainer:
                 self._notify("on_time_step", time_step)
                 if time_step.last:
                     self.result.episodes += 1
+                    self.check_finite()  # before the episode's row, analyses and checkpoint
                     self._notify("on_episode_end", self.frames)
                     time_step = self._begin_episode()
+            self.check_finite()
             self._notify("on_phase_end", self.frames)
         finally:
             self.env_thread.close()
@@ -131,11 +133,16 @@ class Trainer:
         """A policy sample; while seeding, a uniform-random action (unless the pre-trained actor seeds)."""
         if seeding and not self.seeds_with_actor:
             return self._rng.uniform(-1.0, 1.0, size=self.env.action_shape).astype(np.float32)
-        return self.agent.act(time_step.obs, sample=True)
+        action = self.agent.act(time_step.obs, sample=True)
+        if not np.isfinite(action).all():  # the action is on the host already: checking it costs nothing
+            self.check_finite()
+            raise TrainingDiverged(f"{self.phase} stopped at frame {self.frames}: the policy's action is not finite "
+                                   f"({action}); {self._last_checkpoint()}")
+        return action
 
     def _update(self) -> None:
+        """One agent update; its metrics stay on the device until the logger reads them (`check_finite`)."""
         metrics = self.agent.update(self.replay.sample(self.cfg.agent.batch_size, self.device), self.updates)
-        self._check_finite(metrics)
         self.logger.accumulate(metrics)
         self.updates += 1
 
@@ -154,13 +161,18 @@ class Trainer:
         for callback in self.callbacks:
             getattr(callback, hook)(*args)
 
-    def _check_finite(self, metrics: dict[str, float]) -> None:
-        bad = sorted(key for key, value in metrics.items() if not math.isfinite(value))
+    def check_finite(self) -> None:
+        """`TrainingDiverged` if an update metric since the last check is NaN or infinite. Run at every episode
+        end and before an evaluation or a snapshot: the one read-back of the metrics there is their only one."""
+        bad = self.logger.flush()
         if bad:
-            checkpoints = list_checkpoints(self.checkpoint_dir)
-            last = f"the last good checkpoint is {checkpoints[-1]}" if checkpoints else "no checkpoint was written"
             raise TrainingDiverged(f"{self.phase} stopped at frame {self.frames}: non-finite "
-                                   f"{', '.join(bad)} ({', '.join(f'{k}={metrics[k]}' for k in bad)}); {last}")
+                                   f"{', '.join(sorted(bad))} in the updates since the last check "
+                                   f"({', '.join(f'{k}={bad[k]}' for k in sorted(bad))}); {self._last_checkpoint()}")
+
+    def _last_checkpoint(self) -> str:
+        checkpoints = list_checkpoints(self.checkpoint_dir)
+        return f"the last good checkpoint is {checkpoints[-1]}" if checkpoints else "no checkpoint was written"
 
     # -- checkpoints -------------------------------------------------------------------------------------
     def state_dict(self) -> dict:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from omegaconf import OmegaConf
 
 from protorl.agents import Agent
@@ -16,8 +18,11 @@ class Snapshots(Callback):
     """Writes the agent's representation to snapshots/snapshot_<frames>.pt (pre-training only) and lists it in
     the result."""
 
-    def __init__(self, cfg: Config, total_frames: int, env: DMCEnv, agent: Agent, result: PhaseResult):
+    def __init__(self, cfg: Config, total_frames: int, env: DMCEnv, agent: Agent, result: PhaseResult,
+                 check_finite: Callable[[], None] = lambda: None):
+        """`check_finite`: raises if the updates since its last call diverged; run before each snapshot."""
         self.cfg, self.env, self.agent, self.result = cfg, env, agent, result
+        self.check_finite = check_finite
         self.takes_snapshots = result.phase == "pretrain"
         self.pending_frames = sorted(f for f in cfg.snapshot_at_frames if f < total_frames)
 
@@ -31,6 +36,7 @@ class Snapshots(Callback):
             self.save(frames)
 
     def save(self, frames: int) -> None:
+        self.check_finite()
         path = save_snapshot(self.result.out_dir / "snapshots" / f"snapshot_{frames}.pt",
                              self.agent.representation_state(), self.env.spec(),
                              OmegaConf.to_container(OmegaConf.structured(self.cfg)), frames)
