@@ -243,7 +243,7 @@ def aggregate(argv: list[str] | None = None) -> None:
     mean, median, optimality gap, performance profiles) over the downstream phases of runs and sweeps."""
     from protorl.errors import ResultsError
     from protorl.results.aggregate import aggregate_runs
-    from protorl.results.records import RETURN, pretraining_metric
+    from protorl.results.records import RETURN, SCORES, SUCCESS, pretraining_metric
 
     parser = _ArgumentParser(prog="protorl-aggregate", description=aggregate.__doc__)
     parser.add_argument("paths", nargs="+", type=Path, metavar="PATH",
@@ -256,12 +256,21 @@ def aggregate(argv: list[str] | None = None) -> None:
     parser.add_argument("--seed", type=int, default=0, help="numpy seed of the bootstrap (default: 0)")
     parser.add_argument("--metric", default=None, metavar="COLUMN",
                         help="a column of pretrain/analysis.csv instead of the downstream return, e.g. "
-                             "coverage/entropy (figure 9) or variance/proto_cv (figure 10)")
+                             "coverage/entropy (figure 9) or variance/proto_cv (figure 10); success_rate: the "
+                             "downstream evaluations' success rate (sparse tasks)")
+    parser.add_argument("--score", choices=SCORES, default="final",
+                        help="a run's score: its last evaluation (default) or the mean over its evaluations, "
+                             "which rewards solving a task sooner")
+    parser.add_argument("--tasks", nargs="+", default=None, metavar="TASK",
+                        help="only these downstream tasks (default: every task found)")
     args = parser.parse_args(argv)
     if args.reps < 1:
         parser.error("--reps must be at least 1")
-    metric = RETURN if args.metric is None else pretraining_metric(args.metric)
+    metric = RETURN if args.metric is None else SUCCESS if args.metric == "success_rate" else \
+        pretraining_metric(args.metric)
+    metric = dataclasses.replace(metric, over=args.score)
     try:
-        print(aggregate_runs(args.paths, args.out, args.group_by, args.reps, args.seed, metric), flush=True)
+        print(aggregate_runs(args.paths, args.out, args.group_by, args.reps, args.seed, metric, args.tasks),
+              flush=True)
     except (ResultsError, OSError, OmegaConfBaseException) as error:  # bad files: one line
         _exit_with(_one_line(error))

@@ -21,7 +21,7 @@ from omegaconf import MISSING, OmegaConf
 
 from protorl.agents import AGENTS, agent_config
 from protorl.checkpoint import drop_checkpoints, write_text_atomic
-from protorl.config import Config, ConfigError, downstream_dir_name, downstream_tasks
+from protorl.config import Config, ConfigError, downstream_dir_name, downstream_tasks, scratch_dir_name
 from protorl.envs import make_env
 from protorl.rundir import claim_run_dir, release_run_dir
 from protorl.shared_pretraining import snapshot_in_sweep
@@ -115,6 +115,15 @@ def run_phases(config: Config, command: str, run_dir: Path, pretrained: dict | N
             for task in downstream_tasks(config):  # one snapshot, each downstream task from scratch
                 results.append(run_phase(config, "finetune", task, run_dir / downstream_dir_name(config, task),
                                          pretrained, wandb_run))
+            compares = config.compare_without_pretraining and pretrained is not None
+            if compares and not AGENTS[config.agent.name].supports("online"):
+                log.info("compare_without_pretraining: agent=%s has no mode without pre-training; skipped",
+                         config.agent.name)
+                compares = False
+            if compares:
+                for task in downstream_tasks(config):  # the same fine-tuning, nothing pre-trained
+                    results.append(run_phase(config, "finetune", task, run_dir / scratch_dir_name(task),
+                                             None, wandb_run))
     finally:
         finish_run(wandb_run)
     return results

@@ -43,6 +43,13 @@ class AgentConfig:
     # None: the device's measured best (protorl.networks.micro_batch_for)
     bf16_autocast: bool = False  # convolutions in bfloat16 (off until measured on the device)
     compile_encoder: bool = False  # torch.compile the pixel encoders (off until measured on the device)
+    # Fine-tuning from a pre-trained actor (Proto-RL downstream). Each departs from the paper, which starts a fresh
+    # critic and temperature next to the exploration actor; 0 / false: the paper (docs, "Fine-tuning that keeps
+    # what pre-training learned").
+    critic_warmup_updates: int = 0  # the first N downstream updates train the critic alone: actor, temperature held
+    actor_anchor_coef: float = 0.0  # penalty coef * |mean action - pre-trained actor's mean action|^2 ...
+    actor_anchor_updates: int = 0  # ... decaying linearly to 0 over this many downstream updates
+    init_critic: bool = False  # start the downstream critic from the exploration critic (the snapshot's)
 
     def check(self) -> None:
         """Raise `ConfigError` naming the first invalid value; subclasses check their own fields too."""
@@ -57,6 +64,13 @@ class AgentConfig:
             raise invalid("agent.augment_pad", self.augment_pad, "an integer >= 0")
         if self.encoder_micro_batch is not None and self.encoder_micro_batch < 0:
             raise invalid("agent.encoder_micro_batch", self.encoder_micro_batch, "an integer >= 0, or null")
+        if self.critic_warmup_updates < 0:
+            raise invalid("agent.critic_warmup_updates", self.critic_warmup_updates, "an integer >= 0")
+        if self.actor_anchor_coef < 0:
+            raise invalid("agent.actor_anchor_coef", self.actor_anchor_coef, "a number >= 0")
+        if self.actor_anchor_coef > 0 and self.actor_anchor_updates <= 0:
+            raise invalid("agent.actor_anchor_updates", self.actor_anchor_updates,
+                          "a positive number of updates with agent.actor_anchor_coef > 0 (the penalty's decay)")
         if self.log_std_min >= self.log_std_max:
             raise invalid("agent.log_std_min", self.log_std_min, f"less than agent.log_std_max={self.log_std_max}")
 
@@ -93,6 +107,9 @@ class Config:
     # downstream tasks of one pre-training (protorl-train, protorl-finetune), each in its own
     # `finetune_<task>/` directory; empty: `env` alone, in `finetune/`
     finetune_envs: list[str] = field(default_factory=list)
+    # also fine-tune each downstream task without pre-training, the same frames, in `finetune_scratch_<task>/`:
+    # the agent's online mode (Proto-RL: appendix H), for the comparison that shows what pre-training bought
+    compare_without_pretraining: bool = False
     seed: int = 1
     device: str = "auto"  # auto: CUDA when available, else CPU
     # how the task is observed (appendix C.1)
@@ -133,6 +150,7 @@ class Config:
     progress_bar: bool = True
     threads: int | None = None  # torch intra-op threads; None leaves torch's default (one per core)
     fast_malloc: bool = True  # keep large tensors off glibc's mmap path (see protorl.utils.tune_malloc)
+    cudnn_benchmark: bool = True  # CUDA: cuDNN picks its fastest convolutions for the run's fixed shapes
     # Pre-training analyses (protorl/analysis/): state coverage, maze maps, k-NN reward variance
     analysis_every_frames: int | None = 50_000  # also once at the end of pre-training; None: no analyses
     coverage_bins: int = 20  # bins per coverage coordinate (e.g. 20 x 20 cells of the maze's x, y)
@@ -155,3 +173,11 @@ def downstream_tasks(cfg: Config) -> list[str]:
 def downstream_dir_name(cfg: Config, task: str) -> str:
     """`finetune` for a single downstream task (`env`), else `finetune_<task>`."""
     return f"finetune_{task}" if cfg.finetune_envs else "finetune"
+
+
+SCRATCH_PREFIX = "scratch_"  # the task name a fine-tuning without pre-training is recorded under: scratch_<task>
+
+
+def scratch_dir_name(task: str) -> str:
+    """`finetune_scratch_<task>`: the fine-tuning of `task` without pre-training (`compare_without_pretraining`)."""
+    return f"finetune_{SCRATCH_PREFIX}{task}"

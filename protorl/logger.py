@@ -12,9 +12,12 @@ from pathlib import Path
 import numpy as np
 import torch
 
+# train.csv's first columns; the agent's update metrics follow. episode_success: 1 if any step of the episode
+# had a positive reward (the success of a sparse task), else 0; success_rate: the evaluation episodes' mean of it
 EPISODE_COLUMNS = ["frames", "agent_steps", "episode", "episode_reward", "episode_length_frames", "fps",
-                   "total_time_s"]  # train.csv's first columns; the agent's update metrics follow
-EVAL_COLUMNS = ["frames", "agent_steps", "episode_reward", "episode_reward_std", "episodes", "total_time_s"]
+                   "total_time_s", "episode_success"]
+EVAL_COLUMNS = ["frames", "agent_steps", "episode_reward", "episode_reward_std", "episodes", "total_time_s",
+                "success_rate"]
 
 
 class CSVFile:

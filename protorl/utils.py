@@ -49,9 +49,15 @@ def tune_malloc() -> bool:
 
 
 def prepare_process(cfg: Config) -> torch.device:
-    """Process-wide settings for a run: threads, allocator tuning; returns the device."""
+    """Process-wide settings for a run: threads, allocator tuning, cuDNN's algorithm search; returns the device.
+
+    On CUDA, `cudnn_benchmark` lets cuDNN time its convolution algorithms once per input shape and keep the
+    fastest: every update has the same shapes. The algorithm it picks may differ between runs."""
     if cfg.fast_malloc:
         tune_malloc()
     if cfg.threads is not None:
         torch.set_num_threads(cfg.threads)
-    return resolve_device(cfg.device)
+    device = resolve_device(cfg.device)
+    if device.type == "cuda":
+        torch.backends.cudnn.benchmark = cfg.cudnn_benchmark
+    return device

@@ -74,6 +74,39 @@ def test_final_scores_mean_and_population_std_by_hand(tmp_path, capsys):
     assert capsys.readouterr().out.strip() == (tmp_path / "out" / "summary.txt").read_text().strip()
 
 
+def test_mean_score_averages_each_curve_and_success_rate_is_a_metric(tmp_path):
+    """--score mean: a run's score is the mean of its evaluations (solving sooner scores higher); --metric
+    success_rate reads eval.csv's success rate, already in [0, 1]."""
+    for seed, rows in ((1, [(0, 0.0), (1000, 500.0), (2000, 1000.0)]), (2, [(0, 300.0), (1000, 300.0), (2000, 0.0)])):
+        run_dir = make_run(tmp_path / "runs" / f"s{seed}", seed=seed, curves={"finetune": rows})
+        with open(run_dir / "finetune" / "eval.csv", newline="") as f:
+            evals = list(csv.DictReader(f))
+        for row in evals:
+            row["success_rate"] = "1.0" if float(row["episode_reward"]) > 0 else "0.0"
+        with open(run_dir / "finetune" / "eval.csv", "w", newline="") as f:
+            writer = csv.DictWriter(f, fieldnames=EVAL_COLUMNS)
+            writer.writeheader()
+            writer.writerows(evals)
+    run_aggregate([tmp_path / "runs"], tmp_path / "mean", "--score", "mean")
+    (row,) = read_rows(tmp_path / "mean" / "scores.csv")
+    assert float(row["mean"]) == pytest.approx((500.0 + 200.0) / 2)  # curve means 500 and 200
+    assert "mean over the evaluations" in (tmp_path / "mean" / "scores.md").read_text()
+    run_aggregate([tmp_path / "runs"], tmp_path / "final")
+    assert float(read_rows(tmp_path / "final" / "scores.csv")[0]["mean"]) == pytest.approx(500.0)  # 1000 and 0
+    run_aggregate([tmp_path / "runs"], tmp_path / "success", "--metric", "success_rate", "--score", "mean")
+    assert float(read_rows(tmp_path / "success" / "scores.csv")[0]["mean"]) == pytest.approx((2 / 3 + 2 / 3) / 2)
+
+
+def test_tasks_option_keeps_only_the_named_tasks(tmp_path, capsys):
+    make_run(tmp_path / "runs" / "a", curves={"finetune_walker_run": [(0, 1.0), (2000, 10.0)],
+                                              "finetune_walker_walk": [(0, 1.0), (2000, 20.0)]})
+    run_aggregate([tmp_path / "runs"], tmp_path / "out", "--tasks", "walker_walk")
+    assert [row["task"] for row in read_rows(tmp_path / "out" / "scores.csv")] == ["walker_walk"]
+    with pytest.raises(SystemExit):
+        run_aggregate([tmp_path / "runs"], tmp_path / "none", "--tasks", "cheetah_run")
+    assert "no record of task cheetah_run" in capsys.readouterr().err
+
+
 def test_iqm_matches_hand_computation_and_rliable_is_reproducible(tmp_path):
     scores = [700.0, 10.0, 300.0, 990.0, 50.0, 450.0, 20.0, 100.0]
     for seed, score in enumerate(scores):

@@ -1,15 +1,18 @@
 """Fingerprint tiny same-seed runs of every agent: what "behaviour unchanged" is checked against.
 
-Runs `protorl-train` for each agent at a tiny size from pixels (pre-training and fine-tuning; DrQ online)
-and prints, as JSON, a SHA-256 of every CSV row (its values but the timings and the empty ones) and of every
-tensor in the snapshots and checkpoints the runs wrote. Two commits give the same JSON when their runs are the
-same bit for bit:
+Runs `protorl-train` for each agent at a tiny size (pre-training and fine-tuning; DrQ online; the main job's
+preset unless `--overrides` names another) and prints, as JSON, a SHA-256 of every CSV row (its values but the
+timings and the empty ones) and of every tensor in the snapshots and checkpoints the runs wrote. Two commits give
+the same JSON when their runs are the same bit for bit:
 
     python tools/run_fingerprint.py > before.json      # on the old commit
     python tools/run_fingerprint.py > after.json       # on the new one
     diff before.json after.json
 
 The code's package is the one Python imports: set PYTHONPATH to a checkout of another commit to run that one.
+A change that only adds columns or saved tensors compares with them left out, on both sides:
+
+    python tools/run_fingerprint.py --ignore success_rate agent.critic > before.json
 """
 
 from __future__ import annotations
@@ -50,9 +53,17 @@ def digest(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()[:16]
 
 
+IGNORED: set[str] = set()  # --ignore: CSV columns, and dotted tensor keys (with what lies under them), left out
+
+
+def ignored(key: str) -> bool:
+    return any(key == name or key.startswith(f"{name}.") for name in IGNORED)
+
+
 def csv_digest(path: Path) -> str:
     with path.open(newline="") as file:
-        rows = [{k: v for k, v in row.items() if k not in TIMING_COLUMNS and v != ""} for row in csv.DictReader(file)]
+        rows = [{k: v for k, v in row.items() if k not in TIMING_COLUMNS and v != "" and not ignored(k)}
+                for row in csv.DictReader(file)]
     return digest(json.dumps(rows, sort_keys=True).encode())
 
 
@@ -71,7 +82,7 @@ def tensors(value, prefix: str = ""):
 def torch_digest(path: Path) -> dict[str, str]:
     payload = torch.load(path, map_location="cpu", weights_only=True)
     return {key: digest(t.contiguous().numpy().tobytes() if t.dtype != torch.bfloat16 else t.float().numpy().tobytes())
-            for key, t in tensors(payload)}
+            for key, t in tensors(payload) if not ignored(key)}
 
 
 def fingerprint(run_dir: Path) -> dict:
@@ -88,14 +99,19 @@ def fingerprint(run_dir: Path) -> dict:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", nargs="+", default=list(RUNS), choices=list(RUNS))
+    parser.add_argument("--overrides", nargs="+", default=[], metavar="KEY=VALUE",
+                        help="Hydra overrides added to every run (e.g. preset=small obs=pixels)")
+    parser.add_argument("--ignore", nargs="+", default=[], metavar="NAME",
+                        help="CSV columns and dotted tensor keys (e.g. agent.critic) to leave out")
     args = parser.parse_args()
+    IGNORED.update(args.ignore)
     env = {**os.environ, "MUJOCO_GL": os.environ.get("MUJOCO_GL", "egl"), "OMP_NUM_THREADS": "1"}
     out = {}
     with tempfile.TemporaryDirectory() as tmp:
         for name in args.runs:
             run_dir = Path(tmp) / name
             command = [sys.executable, "-c", "from protorl.cli import train; train()", *TINY, *RUNS[name],
-                       f"hydra.run.dir={run_dir}"]
+                       *args.overrides, f"hydra.run.dir={run_dir}"]
             done = subprocess.run(command, capture_output=True, text=True, env=env, cwd=tmp)
             if done.returncode != 0:
                 sys.exit(f"{name}: exit {done.returncode}\n{done.stderr[-3000:]}")

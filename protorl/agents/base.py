@@ -24,6 +24,7 @@ from protorl.agents.sac import SAC, SAC_METRICS, Metrics
 from protorl.augment import random_shift
 from protorl.config import AgentConfig
 from protorl.diagnostics import collapse_message
+from protorl.errors import SnapshotError
 from protorl.networks import PixelEncoder, make_encoder, micro_batch_for
 from protorl.replay import Batch
 
@@ -130,9 +131,13 @@ class Agent:
             module.requires_grad_(False).eval()  # eval: normalisation statistics stay as they are
 
     def representation_state(self) -> dict:
-        """Everything a downstream agent takes from pre-training (a snapshot's `agent` entry)."""
+        """The representation and the exploration actor: what a downstream agent takes from pre-training."""
         parts = {**self.representation_modules(), **self.representation_statistics()}
         return {**{name: part.state_dict() for name, part in parts.items()}, "actor": self.sac.actor.state_dict()}
+
+    def snapshot_state(self) -> dict:
+        """A snapshot's `agent` entry: `representation_state` and the exploration critic (for `agent.init_critic`)."""
+        return {**self.representation_state(), "critic": self.sac.critic.state_dict()}
 
     def state_dict(self) -> dict:
         """Every network, target, optimiser and statistic: what a checkpoint needs to resume exactly."""
@@ -149,11 +154,18 @@ class Agent:
                 optimizer.load_state_dict(state["optimizers"][name])
 
     def load_pretrained(self, state: dict) -> None:
-        """Start downstream from a snapshot: its representation, frozen; a fresh critic and temperature (and a
-        fresh actor, unless `loads_pretrained_actor`)."""
+        """Start downstream from a snapshot: its representation, frozen; a fresh critic (the exploration critic
+        with `agent.init_critic`) and temperature; a fresh actor, unless `loads_pretrained_actor`."""
         self._load_representation(state)
         if self.loads_pretrained_actor:
             self.sac.actor.load_state_dict(state["actor"])
+            self.sac.start_from_pretrained_actor()
+        if self.cfg.init_critic:
+            if "critic" not in state:
+                raise SnapshotError("agent.init_critic=true needs the exploration critic, which this snapshot does "
+                                    "not hold (written by an earlier protorl): pre-train again, or drop init_critic")
+            self.sac.critic.load_state_dict(state["critic"])
+            self.sac.critic_target.load_state_dict(state["critic"])
         self.freeze_representation()
 
     def _load_representation(self, state: dict) -> None:

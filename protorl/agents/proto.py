@@ -102,8 +102,9 @@ class ProtoConfig(AgentConfig):
 class ProtoAgent(Agent):
     name = "proto"
     config_class = ProtoConfig
-    metrics = ("repr_loss", "intr_reward_mean", "intr_reward_std", "extr_reward_mean", *PROTOTYPE_METRICS,
-               *PROJECTION_METRICS)
+    # intr_reward_share (downstream): alpha * mean r_intr / (|mean r| + alpha * mean r_intr) of the batch's reward
+    metrics = ("repr_loss", "intr_reward_mean", "intr_reward_std", "extr_reward_mean", "intr_reward_share",
+               *PROTOTYPE_METRICS, *PROJECTION_METRICS)
     architecture_keys = ("proj_dim", "pred_hidden_dim", "num_prototypes", "candidates_per_prototype",
                          "anti_collapse", "reward_space")
     loads_pretrained_actor = True
@@ -178,6 +179,8 @@ class ProtoAgent(Agent):
             reward = batch.reward + self.cfg.intr_coef * intr_reward
         metrics = self.sac.update(features, batch.action, reward, batch.discount, next_features, step)
         metrics.update(**reward_metrics("intr_reward", intr_reward), extr_reward_mean=batch.reward.mean())
+        scaled_intr = self.cfg.intr_coef * metrics["intr_reward_mean"]
+        metrics["intr_reward_share"] = scaled_intr / (metrics["extr_reward_mean"].abs() + scaled_intr).clamp_min(1e-12)
         return metrics
 
     def representation_loss(self, features: torch.Tensor, next_obs: torch.Tensor

@@ -17,7 +17,8 @@ from protorl.config import AgentConfig
 from protorl.networks import Actor, Critic, log_prob_sum, soft_update
 from protorl.optim import make_adam
 
-SAC_METRICS = ("critic_loss", "critic_q", "actor_loss", "alpha", "actor_entropy")  # what `SAC.update` returns
+# what `SAC.update` returns; "actor_drift" downstream from a pre-trained actor only
+SAC_METRICS = ("critic_loss", "critic_q", "actor_loss", "alpha", "actor_entropy", "actor_drift")
 Metrics = dict[str, torch.Tensor]  # an update's metrics: 0-d tensors on the agent's device, read back when logged
 
 
@@ -36,6 +37,22 @@ class SAC:
         self.actor_optimizer = make_adam(self.actor.parameters(), cfg.lr)
         self.critic_optimizer = make_adam(self.critic.parameters(), cfg.lr)
         self.alpha_optimizer = make_adam([self.log_alpha], cfg.lr)
+        self.pretrained_actor: Actor | None = None  # downstream: a frozen copy of the actor it started from
+        self.actor_held_until = 0  # updates before which the actor and the temperature do not learn
+
+    def start_from_pretrained_actor(self) -> None:
+        """Downstream from the exploration actor now in `self.actor`: keep a frozen copy of it (what `actor_drift`
+        is measured against and `actor_anchor_coef` pulls toward) and hold the actor and the temperature for the
+        first `critic_warmup_updates` updates."""
+        self.pretrained_actor = copy.deepcopy(self.actor).requires_grad_(False)
+        self.actor_held_until = self.cfg.critic_warmup_updates
+
+    def anchor_coef(self, step: int) -> float:
+        """The penalty toward the pre-trained actor at update `step`: `actor_anchor_coef`, decaying linearly to 0
+        over `actor_anchor_updates` updates."""
+        if self.pretrained_actor is None or self.cfg.actor_anchor_coef == 0:
+            return 0.0
+        return self.cfg.actor_anchor_coef * max(0.0, 1.0 - step / self.cfg.actor_anchor_updates)
 
     @property
     def alpha(self) -> torch.Tensor:
@@ -57,8 +74,8 @@ class SAC:
         if next_features.requires_grad or (features.requires_grad and encoder_optimizer is None):
             raise ValueError("SAC.update expects detached features: RL gradients must not reach the encoder")
         metrics = self.update_critic(features, action, reward, discount, next_features, encoder_optimizer)
-        if step % self.cfg.actor_update_every == 0:
-            metrics.update(self.update_actor_and_alpha(features.detach()))
+        if step >= self.actor_held_until and step % self.cfg.actor_update_every == 0:
+            metrics.update(self.update_actor_and_alpha(features.detach(), step))
         if step % self.cfg.critic_target_update_every == 0:
             soft_update(self.critic, self.critic_target, self.cfg.critic_target_tau)
         return metrics
@@ -82,7 +99,7 @@ class SAC:
         with torch.no_grad():
             return {"critic_loss": critic_loss.detach(), "critic_q": q1.mean()}
 
-    def update_actor_and_alpha(self, features) -> Metrics:
+    def update_actor_and_alpha(self, features: torch.Tensor, step: int) -> Metrics:
         dist = self.actor(features)
         action = dist.rsample()
         log_prob = log_prob_sum(dist, action)
@@ -90,6 +107,14 @@ class SAC:
         q1, q2 = self.critic(features, action)
         self.critic.requires_grad_(True)
         actor_loss = (self.alpha.detach() * log_prob - torch.min(q1, q2)).mean()
+        drift = None
+        if self.pretrained_actor is not None:
+            with torch.no_grad():
+                pretrained_mean = self.pretrained_actor(features).mean  # (B, |A|)
+            drift = (dist.mean - pretrained_mean).square().sum(dim=-1)  # (B,) squared distance of mean actions
+            coef = self.anchor_coef(step)
+            if coef > 0:
+                actor_loss = actor_loss + coef * drift.mean()
         self.actor_optimizer.zero_grad(set_to_none=True)
         actor_loss.backward()
         self.actor_optimizer.step()
@@ -99,15 +124,21 @@ class SAC:
         alpha_loss.backward()
         self.alpha_optimizer.step()
         with torch.no_grad():
-            return {"actor_loss": actor_loss.detach(), "alpha": self.alpha, "actor_entropy": -log_prob.mean()}
+            metrics = {"actor_loss": actor_loss.detach(), "alpha": self.alpha, "actor_entropy": -log_prob.mean()}
+            if drift is not None:
+                metrics["actor_drift"] = drift.sqrt().mean()  # mean L2 distance, in action units ([-1, 1] per dim)
+        return metrics
 
     # -- persistence --------------------------------------------------------------------------------
     def state_dict(self) -> dict:
-        return {"actor": self.actor.state_dict(), "critic": self.critic.state_dict(),
-                "critic_target": self.critic_target.state_dict(), "log_alpha": self.log_alpha.detach().clone(),
-                "actor_optimizer": self.actor_optimizer.state_dict(),
-                "critic_optimizer": self.critic_optimizer.state_dict(),
-                "alpha_optimizer": self.alpha_optimizer.state_dict()}
+        state = {"actor": self.actor.state_dict(), "critic": self.critic.state_dict(),
+                 "critic_target": self.critic_target.state_dict(), "log_alpha": self.log_alpha.detach().clone(),
+                 "actor_optimizer": self.actor_optimizer.state_dict(),
+                 "critic_optimizer": self.critic_optimizer.state_dict(),
+                 "alpha_optimizer": self.alpha_optimizer.state_dict()}
+        if self.pretrained_actor is not None:
+            state["pretrained_actor"] = self.pretrained_actor.state_dict()
+        return state
 
     def load_state_dict(self, state: dict) -> None:
         self.actor.load_state_dict(state["actor"])
@@ -118,3 +149,7 @@ class SAC:
         self.actor_optimizer.load_state_dict(state["actor_optimizer"])
         self.critic_optimizer.load_state_dict(state["critic_optimizer"])
         self.alpha_optimizer.load_state_dict(state["alpha_optimizer"])
+        if "pretrained_actor" in state:
+            if self.pretrained_actor is None:
+                self.start_from_pretrained_actor()
+            self.pretrained_actor.load_state_dict(state["pretrained_actor"])

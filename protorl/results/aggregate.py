@@ -17,6 +17,7 @@ from pathlib import Path
 
 import numpy as np
 
+from protorl.errors import ResultsError
 from protorl.results.plots import Curve, Level, Panel, plot_curves
 from protorl.results.records import (
     COMPLETE,
@@ -38,11 +39,11 @@ from protorl.results.stats import (
 )
 
 
-def score_table(complete: list[Record]) -> list[dict]:
-    """Per (task, method): mean and population std (ddof=0) of the final scores over seeds."""
+def score_table(complete: list[Record], metric: Metric = RETURN) -> list[dict]:
+    """Per (task, method): mean and population std (ddof=0) of the scores (`metric.score`) over seeds."""
     groups = defaultdict(list)
     for record in complete:
-        groups[record.task, record.method].append(record.final)
+        groups[record.task, record.method].append(metric.score(record))
     return [{"task": task, "method": method, "mean": float(np.mean(scores)), "std": float(np.std(scores)),
              "n_seeds": len(scores)} for (task, method), scores in sorted(groups.items())]
 
@@ -64,7 +65,7 @@ def markdown_table(rows: list[dict], metric: Metric) -> str:
     cells = {(row["task"], row["method"]): f"{row['mean']:.{digits}f} ± {row['std']:.{digits}f} "
                                            f"({row['n_seeds']} seed{'s' if row['n_seeds'] > 1 else ''})"
              for row in rows}
-    lines = [f"Final {metric.label}: mean ± population std (ddof=0) over seeds.", "",
+    lines = [f"{metric.score_label.capitalize()}: mean ± population std (ddof=0) over seeds.", "",
              "| task | " + " | ".join(methods) + " |", "|---" * (len(methods) + 1) + "|"]
     for task in sorted({row["task"] for row in rows}):
         lines.append(f"| {task} | " + " | ".join(cells.get((task, m), "–") for m in methods) + " |")
@@ -72,11 +73,11 @@ def markdown_table(rows: list[dict], metric: Metric) -> str:
 
 
 def score_matrices(complete: list[Record], metric: Metric) -> tuple[dict[str, np.ndarray], list[str]]:
-    """Per method, normalised final scores (seeds, tasks) over its tasks and the seeds complete on all of
-    them; and a line per method: the seeds and tasks used, or why it is skipped."""
+    """Per method, normalised scores (`metric.score`; seeds, tasks) over its tasks and the seeds complete on all
+    of them; and a line per method: the seeds and tasks used, or why it is skipped."""
     by_method = defaultdict(dict)
     for record in complete:
-        by_method[record.method][record.task, record.seed] = record.final / metric.normaliser(record.task)
+        by_method[record.method][record.task, record.seed] = metric.score(record) / metric.normaliser(record.task)
     matrices, lines = {}, []
     for method, scores in sorted(by_method.items()):
         tasks = sorted({task for task, _ in scores})
@@ -128,8 +129,9 @@ def curve_panel(task: str, complete: list[Record], colors: dict[str, str], ylabe
 
 
 def aggregate_runs(paths: list[Path], out: Path, group_by: list[str], reps: int = 2000, seed: int = 0,
-                   metric: Metric = RETURN) -> str:
-    """Write the tables, statistics and plots of the runs under `paths` into `out`; returns the summary.
+                   metric: Metric = RETURN, tasks: list[str] | None = None) -> str:
+    """Write the tables, statistics and plots of the runs under `paths` into `out`; returns the summary. `tasks`:
+    only the records of these tasks (default: all).
 
     Symlinks: a run is read only if it stays inside the path it was found under, and its files only if they
     stay inside the run directory. One leading elsewhere (a run directory linked into a sweep, a config.yaml or
@@ -138,9 +140,14 @@ def aggregate_runs(paths: list[Path], out: Path, group_by: list[str], reps: int 
     as a path."""
     runs = discover_runs(paths)
     records = [r for run in runs for r in read_records(run, group_by, metric)]
+    if tasks is not None:
+        unknown = sorted(set(tasks) - {r.task for r in records})
+        if unknown:
+            raise ResultsError(f"no record of task {', '.join(unknown)} (--tasks) under {', '.join(map(str, paths))}")
+        records = [r for r in records if r.task in tasks]
     check_metric_column(records, runs, metric)
     records, duplicates = deduplicate(records)
-    normalised = metric.label if metric.scale == 1 else f"{metric.label} / the task's maximum return"
+    normalised = metric.score_label if metric.scale == 1 else f"{metric.score_label} / the task's maximum return"
     complete = [r for r in records if r.status == COMPLETE]
     matrices, used = score_matrices(complete, metric)
     if matrices:
@@ -161,7 +168,7 @@ def aggregate_runs(paths: list[Path], out: Path, group_by: list[str], reps: int 
     if not complete:
         lines.append("  no complete record: no table, statistics or plot written")
     else:
-        rows = score_table(complete)
+        rows = score_table(complete, metric)
         colors = {method: f"C{i}" for i, method in enumerate(sorted({r.method for r in complete}))}
         panels = [curve_panel(task, complete, colors, metric.label) for task in sorted({r.task for r in complete})]
         written += write_scores(rows, out, metric) + plot_curves(panels, _png_pdf(out / "curves"))

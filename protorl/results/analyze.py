@@ -1,9 +1,11 @@
-"""`protorl-analyze RUN_DIR`: plots and a short text summary of the analyses logged during pre-training.
+"""`protorl-analyze RUN_DIR`: plots and a short text summary of the analyses logged during pre-training, and of
+its fine-tuning phases.
 
 Reads `pretrain/analysis.csv` (and `maps/`) of a run directory and writes into `RUN_DIR/analysis/`:
 `coverage.png` (coverage over frames, next to a uniform-random policy's), `representation.png` (the four
 `repr/*` collapse diagnostics of `train.csv`), `variance.png` (per-state std and CV of the k-NN reward, proto
-vs uniform candidates: figure 10), `map.png` (the latest maze map, if any) and `analysis.txt`. An older run's
+vs uniform candidates: figure 10), `map.png` (the latest maze map, if any), `finetune.png` (the fine-tuning
+diagnostics of `protorl.results.finetuning`, if the run has downstream phases) and `analysis.txt`. An older run's
 `analysis.csv` without some columns is analysed as far as it goes, the summary naming the columns it lacks.
 """
 
@@ -20,6 +22,7 @@ from protorl.agents.proto import ProtoConfig
 from protorl.analysis.maps import map_paths
 from protorl.diagnostics import collapse_message
 from protorl.errors import ResultsError
+from protorl.results.finetuning import downstream_dirs, plot_finetuning
 from protorl.results.io import Rows, has, read_csv, read_result, series
 from protorl.results.paths import inside
 from protorl.results.plots import Curve, Level, Panel, plot_curves
@@ -42,7 +45,7 @@ VARIANCE_STATS = {"std": "standard deviation", "cv": "coefficient of variation"}
 VARIANCE_KEYS = [f"variance/{scheme}_{stat}" for scheme in SCHEMES for stat in ("mean", "std", "cv")]
 COVERAGE_FIGURES = ("coverage/entropy", "coverage/replay_entropy", "coverage/visited_fraction")  # the summary's
 RANDOM_FIGURES = ("coverage/random_entropy", "coverage/random_visited_fraction")
-OUTPUTS = ("coverage.png", "variance.png", "representation.png", "map.png", "analysis.txt")
+OUTPUTS = ("coverage.png", "variance.png", "representation.png", "map.png", "finetune.png", "analysis.txt")
 
 
 def phase_dir(run_dir: Path) -> Path:
@@ -52,6 +55,8 @@ def phase_dir(run_dir: Path) -> Path:
     for candidate in (run_dir / "pretrain", run_dir):
         if (candidate / "analysis.csv").is_file():
             return candidate
+    if downstream_dirs(run_dir):
+        return run_dir / "pretrain"  # a fine-tuning run: its downstream diagnostics alone
     raise ResultsError(f"{run_dir} is not a protorl run directory with analyses: no pretrain/analysis.csv "
                        "(written by protorl-pretrain and protorl-train unless analysis_every_frames=null)")
 
@@ -90,7 +95,8 @@ def plot_variance(rows: Rows, path: Path) -> Path:
 
 
 def _summary(run_dir: Path, phase: Path, config: DictConfig | None, rows: Rows, written: list[Path],
-             train_rows: Rows, num_prototypes: int | None, missing: Sequence[str]) -> str:
+             train_rows: Rows, num_prototypes: int | None, missing: Sequence[str],
+             finetune_lines: Sequence[str] = ()) -> str:
     """A few lines: what ran, the last coverage and variance figures, the files written. `missing`: the
     columns of `analysis.csv` that this report reads and the file lacks (figures that need them are left out)."""
     lines = [f"protorl analysis of {run_dir}"]
@@ -100,15 +106,17 @@ def _summary(run_dir: Path, phase: Path, config: DictConfig | None, rows: Rows, 
     done = read_result(phase)
     if done is not None:
         lines.append(f"  pre-training on {done['task']}: {done['frames']} frames, complete")
-    else:
+    elif phase.is_dir():
         lines.append("  pre-training not complete (no result.json): figures up to its last analysis")
-    if not rows:
+    if not rows and phase.is_dir():
         lines.append("  no analysis recorded yet")
     if missing:
         lines.append(f"  {phase / 'analysis.csv'} lacks {', '.join(missing)} (an older run?): "
                      "the figures that need them are left out")
     lines += _coverage_lines(rows, missing) + _representation_lines(train_rows, num_prototypes)
     lines += _variance_lines(rows, missing)
+    if finetune_lines:
+        lines += ["  fine-tuning:", *finetune_lines]
     lines.append("  files: " + ", ".join(str(p) for p in written))
     return "\n".join(lines)
 
@@ -201,6 +209,9 @@ def analyze_run(run_dir: Path) -> str:
         written.append(phase / "maps" / "maps.gif")
     # the columns this report reads that the file lacks; a file whose header never reached the disk lacks none
     missing = [key for key in (*COVERAGE_KEYS, *VARIANCE_KEYS) if key not in columns] if columns else []
-    text = _summary(run_dir, phase, config, rows, written, train_rows, num_prototypes, missing)
+    finetune_png, finetune_lines = plot_finetuning(run_dir, out / "finetune.png")
+    if finetune_png is not None:
+        written.append(finetune_png)
+    text = _summary(run_dir, phase, config, rows, written, train_rows, num_prototypes, missing, finetune_lines)
     (out / "analysis.txt").write_text(text + "\n")
     return text

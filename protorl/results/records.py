@@ -35,14 +35,25 @@ class Metric:
     column: str
     csv_name: str
     downstream: bool  # finetune*/ phases (one per task); else the pretrain/ phase
-    scale: float | None  # final values are divided by this for rliable (scores in [0, 1]); None: max_return()
+    scale: float | None  # scores are divided by this for rliable (scores in [0, 1]); None: max_return()
     label: str
+    over: str = "final"  # a record's score: its "final" value, or the "mean" over its evaluations (area under curve)
 
     def normaliser(self, task: str) -> float:
         return max_return(task) if self.scale is None else self.scale
 
+    def score(self, record: Record) -> float:
+        """The record's score: its value at the last evaluation, or the mean of its curve (`over`)."""
+        return record.final if self.over == "final" else float(np.mean(record.values))
+
+    @property
+    def score_label(self) -> str:
+        return f"final {self.label}" if self.over == "final" else f"{self.label}, mean over the evaluations"
+
 
 RETURN = Metric("episode_reward", "eval.csv", True, None, "eval episode return")
+SUCCESS = Metric("success_rate", "eval.csv", True, 1.0, "eval success rate")  # sparse tasks
+SCORES = ("final", "mean")  # Metric.over
 
 
 def pretraining_metric(column: str) -> Metric:

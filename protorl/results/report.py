@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from protorl.config import scratch_dir_name
 from protorl.results.io import read_csv, series
 from protorl.results.plots import Curve, Panel, plot_curves
 
@@ -43,4 +44,32 @@ def summary(results: list[PhaseResult], plot: Path) -> str:
         logs = [r.out_dir / name for name in ("train.csv", "eval.csv", "tb") if (r.out_dir / name).exists()]
         lines.append(f"            logs: {', '.join(map(str, logs))}")
     lines.append(f"  curves: {plot}")
+    lines += comparison(results)
     return "\n".join(lines)
+
+
+def comparison(results: list[PhaseResult]) -> list[str]:
+    """For each task fine-tuned both from the snapshot and without pre-training (`compare_without_pretraining`):
+    their evaluations side by side, the mean over the fine-tuning first (how soon the task was solved)."""
+    finetunes = [r for r in results if r.phase == "finetune"]
+    lines = []
+    for scratch in finetunes:
+        if scratch.out_dir.name != scratch_dir_name(scratch.task):
+            continue
+        pretrained = next((r for r in finetunes if r.task == scratch.task and r is not scratch
+                           and r.out_dir.name != scratch_dir_name(r.task)), None)
+        if pretrained is None:
+            continue
+        if not lines:
+            lines.append("fine-tuning from the snapshot against the same fine-tuning without pre-training "
+                         "(evaluation return: mean over the evaluations, last; success rate: mean)")
+        for name, result in (("pre-trained", pretrained), ("no pre-training", scratch)):
+            evals = read_csv(result.out_dir / "eval.csv")[1]
+            returns = [row["episode_reward"] for row in evals]
+            success = [row["success_rate"] for row in evals if "success_rate" in row]
+            if not returns:
+                continue
+            rate = f", success rate {sum(success) / len(success):.2f}" if success else ""
+            lines.append(f"  {scratch.task:<34} {name:<16} return {sum(returns) / len(returns):6.1f}, last "
+                         f"{returns[-1]:6.1f}{rate}  ({', '.join(f'{r:.0f}' for r in returns)})")
+    return lines

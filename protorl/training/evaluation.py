@@ -40,25 +40,28 @@ class Evaluation(Callback):
     def evaluate(self, frames: int) -> None:
         """Run `eval_episodes` episodes with the policy's mean action; log their mean return."""
         self.check_finite()
-        rewards = []
+        rewards, successes = [], []
         video_frames: list[np.ndarray] = []
         record = self.cfg.save_video
         for _ in range(self.cfg.eval_episodes):
             time_step = self.env.reset()
-            total = 0.0
+            total, success = 0.0, False
             while True:
                 if record:
                     video_frames.append(self.env.render(self.cfg.video_size))
                 time_step = self.env.step(self.agent.act(time_step.obs, sample=False))
                 total += time_step.reward
+                success = success or time_step.reward > 0
                 if time_step.last:
                     break
             rewards.append(total)
+            successes.append(success)
             record = False  # one video per evaluation: its first episode
         mean = float(np.mean(rewards))
         self.logger.log_eval({"frames": frames, "agent_steps": frames // self.env.action_repeat,
                               "episode_reward": mean, "episode_reward_std": float(np.std(rewards)),
-                              "episodes": len(rewards), "total_time_s": self.elapsed()})
+                              "episodes": len(rewards), "total_time_s": self.elapsed(),
+                              "success_rate": float(np.mean(successes))})
         self.result.eval_rewards.append((frames, mean))
         if video_frames:
             _write_video(self.result.out_dir / "videos" / f"eval_{frames}.mp4", video_frames)

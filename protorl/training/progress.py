@@ -31,6 +31,7 @@ class ProgressLog(Callback):
         self.agent, self.logger, self.result, self.elapsed = agent, logger, result, elapsed
         self.bar: tqdm | None = None  # shown from the phase's start
         self.episode_reward, self.episode_steps = 0.0, 0  # of the episode under way
+        self.episode_success = False  # whether a step of the episode under way had a positive reward
         self.collapse_warned = False
         self._last_log_time, self._last_log_frames = time.time(), 0
 
@@ -42,9 +43,10 @@ class ProgressLog(Callback):
 
     def on_time_step(self, time_step: TimeStep) -> None:
         if time_step.first:
-            self.episode_reward, self.episode_steps = 0.0, 0
+            self.episode_reward, self.episode_steps, self.episode_success = 0.0, 0, False
             return
         self.episode_reward += time_step.reward
+        self.episode_success = self.episode_success or time_step.reward > 0
         self.episode_steps += 1
         self.bar.update(self.action_repeat)
 
@@ -56,7 +58,7 @@ class ProgressLog(Callback):
                 "frames": frames, "agent_steps": frames // self.action_repeat, "episode": self.result.episodes,
                 "episode_reward": self.episode_reward,
                 "episode_length_frames": self.episode_steps * self.action_repeat,
-                "fps": fps, "total_time_s": self.elapsed()})
+                "fps": fps, "total_time_s": self.elapsed(), "episode_success": float(self.episode_success)})
             self._last_log_time, self._last_log_frames = now, frames
             self._warn_if_collapsed(row)
         self.bar.set_postfix(episode_reward=f"{self.episode_reward:.1f}", fps=f"{fps:.0f}")

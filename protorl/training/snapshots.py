@@ -38,7 +38,7 @@ class Snapshots(Callback):
     def save(self, frames: int) -> None:
         self.check_finite()
         path = save_snapshot(self.result.out_dir / "snapshots" / f"snapshot_{frames}.pt",
-                             self.agent.representation_state(), self.env.spec(),
+                             self.agent.snapshot_state(), self.env.spec(),
                              OmegaConf.to_container(OmegaConf.structured(self.cfg)), frames)
         self.result.snapshots.append(path)
 

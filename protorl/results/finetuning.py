@@ -1,0 +1,66 @@
+"""Fine-tuning diagnostics of a run's downstream phases, for `protorl-analyze`: whether fine-tuning keeps what
+pre-training learned.
+
+For each downstream directory (`finetune/` or `finetune_<task>/`) one row of panels: the evaluation return with
+the success rate (evaluation episodes with any positive reward), the distance of the policy's mean action from
+the pre-trained actor's (`actor_drift`, on each update's batch), and the intrinsic share of the reward
+(`intr_reward_share`, Proto-RL downstream).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from protorl.results.io import Rows, has, read_csv, series
+from protorl.results.paths import inside
+from protorl.results.plots import Curve, Panel, plot_curves
+
+TRAIN_DIAGNOSTICS = {  # train.csv column -> (panel title, y label)
+    "actor_drift": ("policy's distance from the pre-trained actor", "mean L2 of mean actions"),
+    "intr_reward_share": ("intrinsic share of the reward", "alpha r_intr / (|r| + alpha r_intr)"),
+}
+
+
+def downstream_dirs(run_dir: Path) -> list[Path]:
+    """The run's downstream phase directories holding an eval.csv, in name order."""
+    return sorted(path.parent for path in run_dir.glob("finetune*/eval.csv"))
+
+
+def plot_finetuning(run_dir: Path, path: Path) -> tuple[Path | None, list[str]]:
+    """`path` (one row of panels per downstream task) and summary lines; (None, []) without downstream phases."""
+    panels, lines = [], []
+    for phase in downstream_dirs(run_dir):
+        task = phase.name.removeprefix("finetune_") if phase.name != "finetune" else "finetune"
+        evals = read_csv(inside(phase / "eval.csv", run_dir))[1]
+        train = read_csv(inside(phase / "train.csv", run_dir))[1]
+        panels.append(_return_panel(task, evals))
+        panels += [Panel(f"{task}: {title}", label, [Curve(*series(train, key), fmt=".-")])
+                   for key, (title, label) in TRAIN_DIAGNOSTICS.items() if has(train, key)]
+        lines += _lines(task, evals, train)
+    if not panels:
+        return None, []
+    plot_curves(panels, [path], "fine-tuning diagnostics", cols=1 + len(TRAIN_DIAGNOSTICS))
+    return path, lines
+
+
+def _return_panel(task: str, evals: Rows) -> Panel:
+    twin = Curve(*series(evals, "success_rate"), "success rate", "s:", "tab:green") if has(evals, "success_rate") \
+        else None
+    return Panel(f"{task}: evaluation", "return", [Curve(*series(evals, "episode_reward"), "return", "o-")],
+                 twin=twin)
+
+
+def _lines(task: str, evals: Rows, train: Rows) -> list[str]:
+    if not evals:
+        return [f"  {task}: no evaluation yet"]
+    returns = ", ".join(f"{row['episode_reward']:.0f}" for row in evals)
+    lines = [f"  {task}: evaluation returns {returns}"]
+    if has(evals, "success_rate"):
+        rates = ", ".join(f"{row['success_rate']:.2f}" for row in evals if "success_rate" in row)
+        successes = sum(row.get("episode_success", 0.0) for row in train)
+        lines.append(f"    success rate {rates}; training episodes with reward {successes:.0f} of {len(train)}")
+    drift = series(train, "actor_drift")[1]
+    if drift:
+        lines.append(f"    policy's distance from the pre-trained actor: {drift[0]:.3f} in the first logged episode, "
+                     f"{drift[-1]:.3f} in the last")
+    return lines
