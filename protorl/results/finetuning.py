@@ -16,7 +16,7 @@ from protorl.results.paths import inside
 from protorl.results.plots import Curve, Panel, plot_curves
 
 TRAIN_DIAGNOSTICS = {  # train.csv column -> (panel title, y label)
-    "actor_drift": ("policy's distance from the pre-trained actor", "mean L2 of mean actions"),
+    "actor_drift": ("distance from the pre-trained actor", "mean L2 of mean actions"),
     "intr_reward_share": ("intrinsic share of the reward", "alpha r_intr / (|r| + alpha r_intr)"),
 }
 
@@ -34,7 +34,7 @@ def plot_finetuning(run_dir: Path, path: Path) -> tuple[Path | None, list[str]]:
         evals = read_csv(inside(phase / "eval.csv", run_dir))[1]
         train = read_csv(inside(phase / "train.csv", run_dir))[1]
         panels.append(_return_panel(task, evals))
-        panels += [Panel(f"{task}: {title}", label, [Curve(*series(train, key), fmt=".-")])
+        panels += [Panel(f"{task}\n{title}", label, [Curve(*series(train, key), fmt=".-")])
                    for key, (title, label) in TRAIN_DIAGNOSTICS.items() if has(train, key)]
         lines += _lines(task, evals, train)
     if not panels:
@@ -46,7 +46,7 @@ def plot_finetuning(run_dir: Path, path: Path) -> tuple[Path | None, list[str]]:
 def _return_panel(task: str, evals: Rows) -> Panel:
     twin = Curve(*series(evals, "success_rate"), "success rate", "s:", "tab:green") if has(evals, "success_rate") \
         else None
-    return Panel(f"{task}: evaluation", "return", [Curve(*series(evals, "episode_reward"), "return", "o-")],
+    return Panel(f"{task}\nevaluation", "return", [Curve(*series(evals, "episode_reward"), "return", "o-")],
                  twin=twin)
 
 
