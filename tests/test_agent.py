@@ -397,17 +397,17 @@ def test_finetune_reward_is_extrinsic_plus_scaled_intrinsic(build_agent, make_cf
 
     batch, intr, expected = by_hand(twins[0], twin_replays[0], 1.0, intr_coef)
     assert batch.reward.mean().item() > 0.1 and intr.mean().item() > 0.01  # both terms are non-trivial
-    assert metrics["extr_reward_mean"] == pytest.approx(batch.reward.mean().item(), abs=1e-7)
-    assert metrics["intr_reward_mean"] == pytest.approx(intr.mean().item(), rel=1e-5)
-    assert metrics["critic_loss"] == pytest.approx(expected["critic_loss"], rel=1e-4)
-    assert metrics["critic_q"] == pytest.approx(expected["critic_q"], rel=1e-4, abs=1e-6)
+    assert float(metrics["extr_reward_mean"]) == pytest.approx(batch.reward.mean().item(), abs=1e-7)
+    assert float(metrics["intr_reward_mean"]) == pytest.approx(intr.mean().item(), rel=1e-5)
+    assert float(metrics["critic_loss"]) == pytest.approx(float(expected["critic_loss"]), rel=1e-4)
+    assert float(metrics["critic_q"]) == pytest.approx(float(expected["critic_q"]), rel=1e-4, abs=1e-6)
 
     # other rewards give clearly different critic losses: the comparison above is sensitive to the reward
     other = 0.5 if intr_coef == 0.0 else 0.0
     for twin, twin_replay, extr_coef, coef in [(twins[1], twin_replays[1], 1.0, other),
                                                (twins[2], twin_replays[2], 0.0, intr_coef)]:
         _, _, wrong = by_hand(twin, twin_replay, extr_coef, coef)
-        assert wrong["critic_loss"] != pytest.approx(metrics["critic_loss"], rel=1e-2), (extr_coef, coef)
+        assert float(wrong["critic_loss"]) != pytest.approx(float(metrics["critic_loss"]), rel=1e-2), (extr_coef, coef)
 
 
 # -- determinism -------------------------------------------------------------------------------------
