@@ -1,4 +1,4 @@
-"""protorl-aggregate and protorl-analyze on bad inputs (issue 12): each ends as one `protorl: error:` line with
+"""protorl-aggregate and protorl-analyze on bad inputs: each ends as one `protorl: error:` line with
 exit status 2, or, for an older run's partial analysis.csv, as an analysis of what the file has; neither tool
 reads or writes through a symlink that leads outside a run directory."""
 

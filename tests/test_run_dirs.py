@@ -1,5 +1,5 @@
 """A run directory cannot lie: its config.yaml describes its data, one run writes it at a time, nothing logged is
-lost or repeated across kills, and every bad input is one `protorl: error:` line (issue 12's numbered items).
+lost or repeated across kills, and every bad input is one `protorl: error:` line.
 
 Every test drives the real console commands on tiny runs from states (subprocesses, seconds each).
 """
