@@ -20,7 +20,7 @@ class Evaluation(Callback):
     return to eval.csv and the result, the first one's video (`save_video`) to videos/."""
 
     def __init__(self, cfg: Config, env: DMCEnv, agent: Agent, logger: Logger, result: PhaseResult,
-                 elapsed: Callable[[], float], check_finite: Callable[[], None] = lambda: None):
+                 elapsed: Callable[[], float], check_finite: Callable[[], None]):
         """`elapsed`: the phase's wall time so far, in seconds; `check_finite`: raises if the updates since its last
         call diverged, run before each evaluation."""
         self.cfg, self.env, self.agent, self.check_finite = cfg, env, agent, check_finite

@@ -19,7 +19,7 @@ class Snapshots(Callback):
     the result."""
 
     def __init__(self, cfg: Config, total_frames: int, env: DMCEnv, agent: Agent, result: PhaseResult,
-                 check_finite: Callable[[], None] = lambda: None):
+                 check_finite: Callable[[], None]):
         """`check_finite`: raises if the updates since its last call diverged; run before each snapshot."""
         self.cfg, self.env, self.agent, self.result = cfg, env, agent, result
         self.check_finite = check_finite
