@@ -16,9 +16,9 @@ import tempfile
 import time
 from pathlib import Path
 
-from protorl.callback import Callback
 from protorl.config import Config
-from protorl.utils import prepare_process
+from protorl.runtime import prepare_process
+from protorl.training.callbacks import Callback
 
 PAPER_FRAMES = 500_000  # per phase
 PAPER_EVAL = (10_000, 10)  # downstream: every 10k frames, 10 episodes (the paper's defaults in Config)
@@ -57,8 +57,8 @@ def eval_fps(cfg: Config, snapshot: Path) -> float:
     """Frames per second of one evaluation episode of the fine-tuned agent (its actor's mean, rendered)."""
     from protorl.agents import make_agent
     from protorl.envs import make_env
-    from protorl.snapshot import load_snapshot
-    from protorl.utils import resolve_device
+    from protorl.runtime import resolve_device
+    from protorl.storage.snapshots import load_snapshot
 
     env = make_env(cfg.env, cfg, seed=cfg.seed)
     agent = make_agent(cfg.agent, env.obs_type, env.obs_shape, env.action_shape, resolve_device(cfg.device), "frozen")
@@ -80,8 +80,8 @@ def main() -> None:
 
     import torch
 
-    from protorl.agents.proto import ProtoConfig
-    from protorl.snapshot import load_snapshot
+    from protorl.agents.proto.agent import ProtoConfig
+    from protorl.storage.snapshots import load_snapshot
 
     with tempfile.TemporaryDirectory() as tmp:
         phase_frames = args.seed_steps * 2 + args.frames  # action repeat 2

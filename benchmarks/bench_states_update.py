@@ -43,7 +43,7 @@ def _agent(agent: str, mode: str, batch: int, hidden: int):
     import torch
 
     from protorl.agents import ProtoAgent, RandomAgent
-    from protorl.agents.proto import ProtoConfig
+    from protorl.agents.proto.agent import ProtoConfig
     from protorl.config import AgentConfig
 
     if agent == "proto":
@@ -99,7 +99,7 @@ def _worker(agent_name: str, mode: str, batch: int, hidden: int) -> dict:
     import torch
 
     import protorl
-    from protorl.utils import tune_malloc
+    from protorl.runtime import tune_malloc
 
     torch.set_num_threads(1)
     tune_malloc()

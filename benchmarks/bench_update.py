@@ -37,7 +37,7 @@ def _build(batch_size: int, phase: str, seed: int = 0):
     import torch
 
     from protorl.agents import ProtoAgent
-    from protorl.agents.proto import ProtoConfig
+    from protorl.agents.proto.agent import ProtoConfig
     from protorl.replay import ReplayBuffer
 
     torch.manual_seed(seed)
@@ -58,8 +58,8 @@ def _baseline_update(agent, replay, step: int, state: dict) -> None:
     import torch
     import torch.nn.functional as F
 
-    from protorl.networks import soft_update
-    from protorl.proto import cluster_assignment_loss, sample_candidates, sinkhorn
+    from protorl.agents.networks import soft_update
+    from protorl.agents.proto.math import cluster_assignment_loss, sample_candidates, sinkhorn
 
     cfg = agent.cfg
     encoder = state["encoder"]  # protorl's conv layers in the default (NCHW) layout
@@ -115,7 +115,7 @@ def _worker(kind: str, batch_size: int, phase: str, steps: int) -> dict:
     import protorl
 
     if kind in ("protorl", "protorl-speed"):
-        from protorl.utils import tune_malloc
+        from protorl.runtime import tune_malloc
 
         tune_malloc()
     agent, replay = _build(batch_size, phase)
@@ -228,8 +228,8 @@ def _conv_search(samples: int = 512) -> dict:
     `MICRO_BATCHES` and both memory layouts, `samples` samples per measurement, best of 2; and their FLOPs."""
     import torch
 
-    from protorl.networks import PixelEncoder
-    from protorl.utils import tune_malloc
+    from protorl.agents.networks import PixelEncoder
+    from protorl.runtime import tune_malloc
 
     tune_malloc()
     convnet = PixelEncoder((9, 84, 84)).convnet
@@ -296,11 +296,11 @@ def _env_fps(task: str, obs: str, steps: int = 200) -> float:
 
 
 def _diagnostics_ms(batch_size: int, repeats: int = 50) -> float:
-    """Milliseconds for one update's collapse diagnostics (protorl.diagnostics) at the paper's M = 512, D = 128."""
+    """Milliseconds for one update's collapse diagnostics (protorl.agents.diagnostics), M = 512, D = 128."""
     import torch
     import torch.nn.functional as F
 
-    from protorl.diagnostics import projection_diagnostics, sinkhorn_entropy
+    from protorl.agents.diagnostics import projection_diagnostics, sinkhorn_entropy
 
     raw, prototypes = torch.randn(batch_size, 128), F.normalize(torch.randn(512, 128), dim=1)
     q = torch.softmax(torch.randn(batch_size, 512), dim=1)
@@ -357,12 +357,13 @@ def main() -> None:
 
     import torch
 
-    from protorl.networks import CPU_MICRO_BATCH
+    from protorl.agents.networks import CPU_MICRO_BATCH
 
     print(f"torch {torch.__version__}, {torch.get_num_threads()} threads, CPU")
     search = _run_worker("conv-search")
     _print_conv_search(search)
-    print(f"(protorl convolves in micro-batches of {CPU_MICRO_BATCH} on a CPU: protorl.networks.CPU_MICRO_BATCH)\n")
+    print(f"(protorl convolves in micro-batches of {CPU_MICRO_BATCH} on a CPU: "
+          "protorl.agents.networks.CPU_MICRO_BATCH)\n")
 
     print("| update | batch | baseline s/update | protorl s/update | protorl updates/s | speed-up | limit s (conv + "
           "matmul) | protorl / limit | in the update: conv + matmul s (/ limit) | in the update: the rest s | "
@@ -399,7 +400,7 @@ def main() -> None:
     for note in rest_notes:
         print(f"- {note}")
     if malloc_note:
-        print(f"\npretrain update at batch 512 with protorl.utils.tune_malloc() skipped: {malloc_note}")
+        print(f"\npretrain update at batch 512 with protorl.runtime.tune_malloc() skipped: {malloc_note}")
     print("\n| environment | obs | env frames/s (action repeat 2, 84x84 render) |")
     print("|---|---|---|")
     for task in ("point_mass_easy", "walker_walk"):

@@ -3,7 +3,7 @@
 Collects random-policy pixel frames once, then runs protorl's own pre-training update (`ProtoAgent.update`,
 L_SSL + SAC on the k-NN reward) for each variant x batch size x seed, every variant drawing the same batches
 (the replay's sampling seed is the run's seed). Every `--log-every` updates it records, on held-out frames
-that no update sees, the four collapse diagnostics (`protorl.diagnostics`) of the projections as acting uses
+that no update sees, the four collapse diagnostics (`protorl.agents.diagnostics`) of the projections as acting uses
 them (running statistics), and from training the Sinkhorn target entropy and the mean k-NN reward.
 Prints one markdown table (median and range over seeds at the last update) and writes every row to --out.
 
@@ -24,12 +24,12 @@ import numpy as np
 import torch
 
 from protorl.agents import ProtoAgent
-from protorl.agents.proto import ProtoConfig
-from protorl.diagnostics import projection_diagnostics
+from protorl.agents.diagnostics import projection_diagnostics
+from protorl.agents.proto.agent import ProtoConfig
+from protorl.agents.proto.math import ANTI_COLLAPSE
 from protorl.envs import DMCEnv
-from protorl.proto import ANTI_COLLAPSE
 from protorl.replay import ReplayBuffer
-from protorl.utils import resolve_device
+from protorl.runtime import resolve_device
 
 # the reward settings each variant is run with: the paper's order for none, the sound ones otherwise
 REWARD = {"none": dict(reward_before_enqueue=False, reward_space="sphere"),

@@ -1,4 +1,4 @@
-"""Wall time and result of every `*_small` experiment preset, run as the README says, on this machine.
+"""Wall time and result of every `*_small` experiment preset, run as docs/reproducing.md says, on this machine.
 
 Each preset runs as a Hydra sweep through the joblib launcher (2 jobs at a time, one torch thread each), then
 `protorl-aggregate` summarises it with the figure's own grouping or metric. The two-stage presets (shared

@@ -55,7 +55,7 @@ def slope_per_100(xs: list[float], ys: list[float]) -> float:
 
 
 def build_config(args: argparse.Namespace, run_dir: Path):
-    from protorl.agents.proto import ProtoConfig
+    from protorl.agents.proto.agent import ProtoConfig
     from protorl.config import Config
 
     steps_per_episode = -(-EPISODE_FRAMES // args.action_repeat)
@@ -101,8 +101,8 @@ def main() -> None:
         parser.error("--episodes must be at least 2")
     every = args.every or max(1, args.episodes // 25)
 
-    from protorl.callback import Callback
     from protorl.training import Trainer, prepare_process
+    from protorl.training.callbacks import Callback
     from protorl.validate import validate
 
     samples: list[tuple[int, int, float, int, bool]] = []  # (episode, frames, rss MB, gc objects, ring wrapped)

@@ -5,8 +5,9 @@ run; `protorl.load_pretrained` (`protorl.pretrained`) reads a snapshot into a fr
 """
 
 import importlib
+from importlib.metadata import version
 
-__version__ = "0.1.0"
+__version__ = version("protorl")  # one place: pyproject.toml, as installed
 
 _API = {"pretrain": "protorl.commands", "finetune": "protorl.commands", "train": "protorl.commands",
         "load_pretrained": "protorl.pretrained"}  # imported on first use: `import protorl` stays light

@@ -23,13 +23,15 @@ from hydra.experimental.callback import Callback
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
-from protorl.agents import AGENTS
+from protorl.agents import BUILT_IN, registered_agents
 from protorl.config import Config, ConfigError
 
 log = logging.getLogger("protorl")
 ConfigStore.instance().store(name="protorl_schema", node=Config)
-for _name, _agent in AGENTS.items():  # each agent's YAML (conf/agent/) builds on its config class
+for _name, _agent in registered_agents().items():  # each agent's YAML (conf/agent/) builds on its config class
     ConfigStore.instance().store(group="agent_schema", name=_name, node=_agent.config_class)
+    if _name not in BUILT_IN:  # an agent from another package: its config class's defaults are its YAML
+        ConfigStore.instance().store(group="agent", name=_name, node=_agent.config_class)
 
 
 def checked_config(cfg: DictConfig, command: str) -> tuple[Config, dict | None]:
@@ -46,7 +48,7 @@ def checked_config(cfg: DictConfig, command: str) -> tuple[Config, dict | None]:
         if unknown:  # Hydra adds keys given with `+`; the typed config would drop them silently
             raise ConfigError(f"unknown config key {', '.join(unknown)}: not a protorl setting (protorl/config.py)")
         config: Config = OmegaConf.to_object(OmegaConf.merge(OmegaConf.structured(Config), cfg))
-        pretrained = check(config, command)
+        config, pretrained = check(config, command)
     except (ProtorlError, ValueError, OmegaConfBaseException) as error:
         _exit_with(_one_line(error))
     return config, pretrained
@@ -66,39 +68,30 @@ def _unknown_keys(node: DictConfig, schema: type, prefix: str = "") -> list[str]
 
 
 class ValidateBeforeRun(Callback):
-    """Hydra callback: check the config and claim the run directory before Hydra writes into it, so a typo or a
-    mismatched rerun writes nothing."""
+    """Hydra callback: check the config and the run directory before Hydra writes into it, so a typo or a
+    mismatched rerun writes nothing (`run` checks again and claims the directory)."""
 
     def on_run_start(self, config: DictConfig, **kwargs) -> None:
-        from protorl.rundir import claim_run_dir
+        from protorl.storage.rundir import check_run_dir
 
         keys = [key for key in config if key not in ("hydra", "run_dir")]
         user_config = OmegaConf.merge(OmegaConf.masked_copy(config, keys), {"run_dir": config.hydra.run.dir})
-        checked, pretrained = checked_config(user_config, config.hydra.job.name)
+        checked, _ = checked_config(user_config, config.hydra.job.name)
         try:
-            run_dir = claim_run_dir(checked)
+            check_run_dir(checked)
         except ConfigError as error:
             _exit_with(error)
         except Exception as error:  # Hydra would turn it into a warning and run unchecked
             _exit_with(f"checking the run directory failed: {_one_line(error)}", status=1)
-        _checked[run_dir] = checked, pretrained
-
-
-_checked: dict[Path, tuple[Config, dict | None]] = {}  # a single run's config, checked once by the callback
 
 
 def run(cfg: DictConfig, command: str) -> None:
-    """Validate the config (unless the callback did), claim the run directory, then run the phases of `command`;
-    user errors exit with status 2, unwritable files too (naming the file)."""
+    """Validate the config, claim the run directory, then run the phases of `command`; user errors exit with
+    status 2, unwritable files too (naming the file)."""
     from protorl.errors import ProtorlError
-    from protorl.rundir import claim_run_dir, release_run_dir
+    from protorl.storage.rundir import claim_run_dir, release_run_dir
 
-    run_dir = Path(cfg.run_dir).resolve()
-    if run_dir in _checked:  # a single run: Hydra's callback checked it before creating the directory
-        config, pretrained = _checked.pop(run_dir)
-        config.run_dir = cfg.run_dir
-    else:  # a sweep's job
-        config, pretrained = checked_config(cfg, command)
+    config, pretrained = checked_config(cfg, command)
     try:
         run_dir = claim_run_dir(config)
     except ProtorlError as error:

@@ -1,7 +1,7 @@
 """What protorl-pretrain, protorl-finetune and protorl-train do, as Python functions.
 
     import protorl
-    from protorl.agents.proto import ProtoConfig
+    from protorl.agents.proto.agent import ProtoConfig
     results = protorl.train(env="point_mass_maze_reach_top_left", pretrain_env="point_mass_maze_explore",
                             obs="states", pretrain_frames=30_000, finetune_frames=10_000,
                             agent=ProtoConfig(batch_size=32), run_dir="runs/mine")
@@ -19,14 +19,14 @@ from pathlib import Path
 
 from omegaconf import MISSING, OmegaConf
 
-from protorl.agents import AGENTS, agent_config
-from protorl.checkpoint import drop_checkpoints, write_text_atomic
+from protorl.agents import agent_class, agent_config
 from protorl.config import Config, ConfigError, downstream_dir_name, downstream_tasks, scratch_dir_name
 from protorl.envs import make_env
-from protorl.rundir import claim_run_dir, release_run_dir
-from protorl.shared_pretraining import snapshot_in_sweep
-from protorl.snapshot import load_snapshot
-from protorl.tracking import finish_run, phase_tracker, start_run
+from protorl.logs.tracking import finish_run, phase_tracker, start_run
+from protorl.storage.atomic import write_text_atomic
+from protorl.storage.checkpoints import drop_checkpoints
+from protorl.storage.rundir import claim_run_dir, release_run_dir
+from protorl.storage.snapshots import load_snapshot, snapshot_in_sweep
 from protorl.training import PhaseResult, Trainer, prepare_process
 from protorl.validate import validate
 
@@ -62,30 +62,31 @@ def configured(config: Config | None, fields: dict) -> Config:
     return config
 
 
-def check(config: Config, command: str) -> dict | None:
-    """Check `config` for `command` (one of `COMMANDS`) before anything is written; for finetune, read and check
-    its snapshot and return it. `snapshot` is made absolute, so the run directory records where it came from; with
-    `pretrain_sweep` instead, it is the sweep's matching snapshot."""
+def check(config: Config, command: str) -> tuple[Config, dict | None]:
+    """`config` checked for `command` (one of `COMMANDS`) before anything is written, as a new config, and for
+    finetune its snapshot, read and checked. In the new config `snapshot` is absolute, so the run directory records
+    where it came from (with `pretrain_sweep` instead, it is the sweep's matching snapshot), and `agent` is of its
+    agent's own config class."""
     if command == "finetune" and config.pretrain_sweep and not config.snapshot:
-        config.pretrain_sweep = str(Path(config.pretrain_sweep).resolve())
-        config.snapshot = str(snapshot_in_sweep(config.pretrain_sweep, agent_config(config.agent).name,
-                                                config.pretrain_env or config.env, config.seed,
-                                                config.pretrain_frames))
+        sweep = str(Path(config.pretrain_sweep).resolve())
+        snapshot = snapshot_in_sweep(sweep, agent_config(config.agent).name, config.pretrain_env or config.env,
+                                     config.seed, config.pretrain_frames)
+        config = dataclasses.replace(config, pretrain_sweep=sweep, snapshot=str(snapshot))
     if config.snapshot:
-        config.snapshot = str(Path(config.snapshot).resolve())
+        config = dataclasses.replace(config, snapshot=str(Path(config.snapshot).resolve()))
     validate(config, command)
-    config.agent = agent_config(config.agent)  # a plain AgentConfig gets its agent's own fields, as recorded
+    config = dataclasses.replace(config, agent=agent_config(config.agent))  # as the run directory records it
     pretrained = None
     if command == "finetune" and config.snapshot:  # refuse a missing or mismatched snapshot before any work
         for task in downstream_tasks(config):
             pretrained = load_snapshot(config.snapshot, env_spec=make_env(task, config, seed=0).spec(),
                                        agent_config=config.agent)
-    return pretrained
+    return config, pretrained
 
 
 def run_command(config: Config, command: str) -> list[PhaseResult]:
     """Check `config`, claim its run directory, run the phases of `command` and release the directory."""
-    pretrained = check(config, command)
+    config, pretrained = check(config, command)
     run_dir = claim_run_dir(config)
     try:
         return run_phases(config, command, run_dir, pretrained)
@@ -101,7 +102,7 @@ def run_phases(config: Config, command: str, run_dir: Path, pretrained: dict | N
     log.info("run directory %s, device %s", run_dir, device)
     wandb_run = start_run(config, run_dir)
     results = []
-    pretrains = AGENTS[config.agent.name].supports("pretrain") and config.pretrain_frames > 0
+    pretrains = agent_class(config.agent.name).supports("pretrain") and config.pretrain_frames > 0
     if command == "train" and not pretrains:
         log.info("no pre-training (agent=%s, pretrain_frames=%d): the downstream agent learns its "
                  "representation from the task reward", config.agent.name, config.pretrain_frames)
@@ -116,7 +117,7 @@ def run_phases(config: Config, command: str, run_dir: Path, pretrained: dict | N
                 results.append(run_phase(config, "finetune", task, run_dir / downstream_dir_name(config, task),
                                          pretrained, wandb_run))
             compares = config.compare_without_pretraining and pretrained is not None
-            if compares and not AGENTS[config.agent.name].supports("online"):
+            if compares and not agent_class(config.agent.name).supports("online"):
                 log.info("compare_without_pretraining: agent=%s has no mode without pre-training; skipped",
                          config.agent.name)
                 compares = False

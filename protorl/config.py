@@ -19,10 +19,10 @@ __all__ = ["EVAL_SEED_OFFSET", "MAX_SEED", "AgentConfig", "Config", "ConfigError
 @dataclass
 class AgentConfig:
     """What every agent shares: the optimiser, the batch and the SAC core (table 1 of the paper). Each agent's
-    own hyper-parameters are a subclass in its module (e.g. `protorl.agents.proto.ProtoConfig`), chosen with
+    own hyper-parameters are a subclass in its module (e.g. `protorl.agents.proto.agent.ProtoConfig`), chosen with
     `agent=NAME`."""
 
-    name: str = "proto"  # which agent: one of protorl.agents.AGENTS (set with `agent=NAME`)
+    name: str = "proto"  # which agent: one of protorl.agents.registered_agents() (set with `agent=NAME`)
     lr: float = 1e-4
     batch_size: int = 512
     discount: float = 0.99
@@ -38,9 +38,9 @@ class AgentConfig:
     critic_target_tau: float = 0.01  # EMA rate of the critic's target
     augment_pad: int = 4  # random shift of +-4 pixels; 0 disables augmentation
     state_hidden_dim: int = 256  # the encoder used when env.obs == "states" (replaces the conv encoder)
-    # How the pixel encoder computes, not what: results equal to float rounding (README, "Speed").
+    # How the pixel encoder computes, not what: results equal to float rounding (docs/benchmarks/index.md).
     encoder_micro_batch: int | None = None  # convolve at most this many samples at once; 0: the whole batch;
-    # None: the device's measured best (protorl.networks.micro_batch_for)
+    # None: the device's measured best (protorl.agents.networks.micro_batch_for)
     bf16_autocast: bool = False  # convolutions in bfloat16 (off until measured on the device)
     compile_encoder: bool = False  # torch.compile the pixel encoders (off until measured on the device)
     # Fine-tuning from a pre-trained actor (Proto-RL downstream). Each departs from the paper, which starts a fresh
@@ -127,7 +127,7 @@ class Config:
     replay_on_device: bool | None = None
     update_every_steps: int = 1  # one agent update per agent step
     # step the training environment on a thread of its own while the agent updates: the same results. Off by
-    # default: on a 2-core CPU its thread slows torch's down (README, "Speed"); not yet measured on a GPU
+    # default: on a 2-core CPU its thread slows torch's down (docs/benchmarks/index.md); not yet measured on a GPU
     overlap_env_step: bool = False
     eval_every_frames: int = 10_000
     eval_episodes: int = 10
@@ -149,7 +149,7 @@ class Config:
     wandb_group: str | None = None  # e.g. one group per sweep
     progress_bar: bool = True
     threads: int | None = None  # torch intra-op threads; None leaves torch's default (one per core)
-    fast_malloc: bool = True  # keep large tensors off glibc's mmap path (see protorl.utils.tune_malloc)
+    fast_malloc: bool = True  # keep large tensors off glibc's mmap path (see protorl.runtime.tune_malloc)
     cudnn_benchmark: bool = True  # CUDA: cuDNN picks its fastest convolutions for the run's fixed shapes
     # Pre-training analyses (protorl/analysis/): state coverage, maze maps, k-NN reward variance
     analysis_every_frames: int | None = 50_000  # also once at the end of pre-training; None: no analyses

@@ -14,10 +14,11 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from protorl.agents import Agent, ProtoAgent, agent_class
+from protorl.agents import Agent, agent_class
+from protorl.agents.capabilities import Prototypes
 from protorl.errors import SnapshotError
-from protorl.snapshot import load_snapshot
-from protorl.utils import resolve_device
+from protorl.runtime import resolve_device
+from protorl.storage.snapshots import load_snapshot
 
 
 class Pretrained:
@@ -36,7 +37,7 @@ class Pretrained:
     @property
     def prototypes(self) -> torch.Tensor | None:
         """The M unit-norm prototypes (M, D) of a Proto-RL snapshot; None for other agents."""
-        return self.agent.head.prototypes.detach() if isinstance(self.agent, ProtoAgent) else None
+        return self.agent.prototypes.detach() if isinstance(self.agent, Prototypes) else None
 
     @torch.no_grad()
     def encode(self, obs: np.ndarray | torch.Tensor) -> torch.Tensor:
@@ -48,7 +49,7 @@ class Pretrained:
     @torch.no_grad()
     def project(self, obs: np.ndarray | torch.Tensor) -> torch.Tensor:
         """Proto-RL only: observations -> L2-normalised projections z (B, D), the prototypes' space."""
-        if not isinstance(self.agent, ProtoAgent):
+        if not isinstance(self.agent, Prototypes):
             raise SnapshotError(f"a snapshot of agent {self.agent.name!r} has no projector: project() needs Proto-RL")
         z = torch.nn.functional.normalize(self.agent.embed(self._batch(obs)), dim=1)
         return z[0] if obs.ndim == len(self.obs_shape) else z

@@ -8,10 +8,10 @@ import math
 
 import torch
 
-from protorl.agents import AGENTS, agent_class, agent_config
+from protorl.agents import Agent, agent_class, agent_config, registered_agents
 from protorl.config import EVAL_SEED_OFFSET, MAX_SEED, AgentConfig, Config, ConfigError, downstream_tasks, invalid
-from protorl.envs import check_task, make_env, split_task
-from protorl.tracking import wandb_available
+from protorl.envs import Simulated, check_task, make_env, split_task
+from protorl.logs.tracking import wandb_available
 
 _POSITIVE_INTS = {
     "finetune_frames", "replay_capacity", "update_every_steps",
@@ -24,9 +24,21 @@ def validate(cfg: Config, command: str) -> None:
 
     `command`: "pretrain", "finetune" or "train" (both phases).
     """
-    def fail(key: str, value, expected: str) -> None:
-        raise invalid(key, value, expected)
+    _check_numbers(cfg)
+    agent = _check_agent(cfg, command)
+    _check_schedules(cfg)
+    _check_process(cfg)
+    _check_observations(cfg)
+    _check_tasks(cfg, command, agent.supports("pretrain"))
 
+
+def fail(key: str, value, expected: str) -> None:
+    """Raise the `ConfigError` of an invalid value."""
+    raise invalid(key, value, expected)
+
+
+def _check_numbers(cfg: Config) -> None:
+    """Every float finite; the seed in range; the counts that must be positive."""
     for key, value in _float_values(cfg):
         if not math.isfinite(value):
             fail(key, value, "a finite number")
@@ -36,6 +48,10 @@ def validate(cfg: Config, command: str) -> None:
     for key in sorted(_POSITIVE_INTS):
         if getattr(cfg, key) <= 0:
             fail(key, getattr(cfg, key), "a positive integer")
+
+
+def _check_agent(cfg: Config, command: str) -> type[Agent]:
+    """The agent, its own config, and whether it has the phases `command` runs."""
     agent = agent_class(cfg.agent.name)
     if type(cfg.agent) not in (agent.config_class, AgentConfig):
         fail("agent.name", cfg.agent.name, f"the agent of the config chosen ({type(cfg.agent).__name__}): set the "
@@ -50,7 +66,12 @@ def validate(cfg: Config, command: str) -> None:
     if command == "train" and pretrains and cfg.pretrain_frames == 0 and not agent.supports("online"):
         fail("pretrain_frames", 0, f"a positive integer: agent={agent.name} learns its representation only "
              "in pre-training (agents without pre-training: "
-             f"{', '.join(name for name, a in AGENTS.items() if a.supports('online'))})")
+             f"{', '.join(name for name, a in registered_agents().items() if a.supports('online'))})")
+    return agent
+
+
+def _check_schedules(cfg: Config) -> None:
+    """Seeding, evaluation, checkpoints, analyses and snapshots: counts and frame schedules."""
     if cfg.seed_transitions < 0:
         fail("seed_transitions", cfg.seed_transitions, "an integer >= 0")
     if cfg.eval_episodes < 0:
@@ -70,19 +91,26 @@ def validate(cfg: Config, command: str) -> None:
     for key in ("variance_probes", "map_samples"):
         if getattr(cfg, key) <= 0:
             fail(key, getattr(cfg, key), "a positive integer")
+    if any(f <= 0 for f in cfg.snapshot_at_frames):
+        fail("snapshot_at_frames", list(cfg.snapshot_at_frames), "a list of positive frame counts")
+
+
+def _check_process(cfg: Config) -> None:
+    """Tracking, threads and the device."""
     if cfg.wandb:
         if not wandb_available():
             fail("wandb", True, "false, or install the wandb package first: pip install -e \".[wandb]\"")
     if cfg.threads is not None and cfg.threads <= 0:
         fail("threads", cfg.threads, "a positive integer or null")
-    if any(f <= 0 for f in cfg.snapshot_at_frames):
-        fail("snapshot_at_frames", list(cfg.snapshot_at_frames), "a list of positive frame counts")
     if cfg.device != "auto" and not (cfg.device == "cpu" or cfg.device.startswith("cuda")):
         fail("device", cfg.device, "'auto', 'cpu' or 'cuda[:N]'")
     if cfg.device.startswith("cuda"):
         if not torch.cuda.is_available():
             fail("device", cfg.device, "'auto' or 'cpu': CUDA is not available on this machine")
 
+
+def _check_observations(cfg: Config) -> None:
+    """Pixels or states, and the frames' sizes."""
     if cfg.obs not in ("pixels", "states"):
         fail("obs", cfg.obs, "'pixels' or 'states'")
     for key in ("image_size", "frame_stack", "action_repeat"):
@@ -91,6 +119,10 @@ def validate(cfg: Config, command: str) -> None:
     if cfg.obs == "pixels" and cfg.image_size < 15:
         fail("image_size", cfg.image_size, "at least 15 pixels (the 4-layer conv encoder needs a 1x1 output)")
 
+
+def _check_tasks(cfg: Config, command: str, pretrains: bool) -> None:
+    """The tasks exist, fit the replay and the frame budgets, share the pre-training's domain; fine-tuning has a
+    snapshot."""
     check_task(cfg.env)
     if cfg.pretrain_env is not None:
         check_task(cfg.pretrain_env)
@@ -135,10 +167,10 @@ def _float_values(cfg: Config) -> list[tuple[str, float]]:
 
 def _check_camera(cfg: Config, tasks: list[str]) -> None:
     for task in tasks:
-        cameras = make_env(task, cfg, seed=0).num_cameras
-        if cameras == 0:
+        env = make_env(task, cfg, seed=0)
+        if not isinstance(env, Simulated):
             raise ConfigError(f"invalid config value camera_id={cfg.camera_id!r}: task {task} has no cameras to "
                               "choose from (it renders its own view); leave camera_id unset")
-        if not 0 <= cfg.camera_id < cameras:
+        if not 0 <= cfg.camera_id < env.num_cameras:
             raise ConfigError(f"invalid config value camera_id={cfg.camera_id!r}: task {task} has cameras 0 to "
-                              f"{cameras - 1}")
+                              f"{env.num_cameras - 1}")

@@ -1,4 +1,5 @@
-"""Helpers for tests that build agents directly: tiny sizes, each agent's config at those sizes, one update.
+"""Helpers for tests that build agents directly (tiny sizes, each agent's config at those sizes, one update) and a
+tiny run's config for the Python API.
 
 Not a test module: tests import it (`from tests.agents import ...`) instead of importing each other.
 """
@@ -7,8 +8,8 @@ from __future__ import annotations
 
 import torch
 
-from protorl.agents import AGENTS, Agent
-from protorl.config import AgentConfig
+from protorl.agents import BUILT_IN, Agent
+from protorl.config import AgentConfig, Config
 from protorl.replay import ReplayBuffer
 
 IMAGE_SIZE = 32
@@ -29,7 +30,7 @@ TINY_OWN = {
 def tiny_config(name: str = "proto", **overrides) -> AgentConfig:
     """Agent `name`'s config class at the tiny sizes (its paper values otherwise), with `overrides`."""
     fields = {"name": name, **TINY_SHARED, **TINY_OWN.get(name, {}), **overrides}
-    return AGENTS[name].config_class(**fields)
+    return BUILT_IN[name].config_class(**fields)
 
 
 def tiny_agent(name: str, mode: str, cfg: AgentConfig | None = None, seed: int | None = None,
@@ -38,10 +39,18 @@ def tiny_agent(name: str, mode: str, cfg: AgentConfig | None = None, seed: int |
     if seed is not None:
         torch.manual_seed(seed)
     cfg = cfg if cfg is not None else tiny_config(name)
-    return AGENTS[name](obs_type, obs_shape, POINT_MASS_ACTION_SHAPE, cfg, CPU, mode)
+    return BUILT_IN[name](obs_type, obs_shape, POINT_MASS_ACTION_SHAPE, cfg, CPU, mode)
 
 
 def update(agent: Agent, replay: ReplayBuffer, step: int) -> dict[str, torch.Tensor]:
     """Sample a batch of the agent's size and run one update, as the trainer does."""
     return agent.update(replay.sample(agent.cfg.batch_size, agent.device), step)
 
+
+def tiny(run_dir, **fields) -> Config:
+    """A tiny run from states on point_mass_easy: 1000-frame episodes of 125 agent steps."""
+    settings = dict(obs="states", env="point_mass_easy", action_repeat=8, seed_transitions=20, replay_capacity=2000,
+                    eval_episodes=1, eval_every_frames=1000, analysis_every_frames=None, snapshot_at_frames=[],
+                    progress_bar=False, threads=1, fast_malloc=False, tensorboard=False, pretrain_frames=1000,
+                    finetune_frames=1000, agent=tiny_config("proto"), run_dir=str(run_dir))
+    return Config(**{**settings, **fields})

@@ -1,7 +1,11 @@
-"""Shared fixtures: a tiny agent configuration, replay buffers and agent factories.
+"""Shared fixtures: a tiny agent configuration, replay buffers and agent factories; the test tiers.
 
 Everything is sized so that one agent update takes milliseconds on a CPU: 32x32 pixel frames, batch 8,
 16 prototypes of dimension 16.
+
+Tiers (pyproject.toml's markers): `pytest -m "not slow"` runs the unit tests; `slow` marks the tests that run
+protorl's commands or real training; `research` marks those that check a research outcome at a tiny size, and
+is slow too; `pytest` runs everything.
 """
 
 from __future__ import annotations
@@ -16,7 +20,7 @@ import pytest  # noqa: E402
 import torch  # noqa: E402
 
 from protorl.agents import ProtoAgent  # noqa: E402
-from protorl.agents.proto import ProtoConfig  # noqa: E402
+from protorl.agents.proto.agent import ProtoConfig  # noqa: E402
 from protorl.replay import ReplayBuffer  # noqa: E402
 from tests.agents import (  # noqa: E402
     FRAME_STACK,
@@ -99,3 +103,10 @@ def build_agent(tiny_cfg):
         return tiny_agent("proto", mode, cfg or tiny_cfg, seed)
 
     return factory
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """A research-outcome test is in the slow tier too."""
+    for item in items:
+        if item.get_closest_marker("research") is not None:
+            item.add_marker(pytest.mark.slow)

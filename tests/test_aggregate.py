@@ -15,9 +15,11 @@ import pytest
 from omegaconf import OmegaConf
 
 from protorl.cli import aggregate
-from protorl.logger import EVAL_COLUMNS
+from protorl.logs.logger import EVAL_COLUMNS
 from protorl.results.aggregate import seed_curve
 from protorl.results.records import COMPLETE, Record
+
+pytestmark = pytest.mark.slow  # the slow tier: this module runs protorl's commands or real training
 
 REPS = 50
 

@@ -1,6 +1,6 @@
-"""The pre-training analyses (protorl/analysis/): coverage math against hand computations, the maze's walls,
-the reward-variance statistics and their isolation from training's RNGs, exact resume with analyses on,
-and a real maze run through `protorl-pretrain` and `protorl-analyze`."""
+"""The pre-training analyses (protorl/exploration/ and the analyses callback): coverage math against hand
+computations, the maze's walls, the reward-variance statistics and their isolation from training's RNGs, exact
+resume with analyses on, and a real maze run through `protorl-pretrain` and `protorl-analyze`."""
 
 from __future__ import annotations
 
@@ -14,7 +14,11 @@ import numpy as np
 import pytest
 import torch
 
-from protorl.analysis.coverage import (
+from protorl.cli import analyze
+from protorl.config import Config, ConfigError
+from protorl.envs import DMCEnv
+from protorl.errors import CheckpointError, ResultsError
+from protorl.exploration.coverage import (
     CoverageSpec,
     bin_indices,
     coverage_entropy,
@@ -22,17 +26,13 @@ from protorl.analysis.coverage import (
     histogram,
     visited_fraction,
 )
-from protorl.analysis.maps import closest_samples, wall_rectangles
-from protorl.analysis.monitor import AnalysisMonitor
-from protorl.analysis.variance import proto_candidates, reward_variance, spread
-from protorl.cli import analyze
-from protorl.config import Config, ConfigError
-from protorl.envs import DMCEnv
-from protorl.errors import CheckpointError, ResultsError
-from protorl.logger import Logger
+from protorl.exploration.maps import closest_samples, wall_rectangles
+from protorl.exploration.reward_variance import proto_candidates, reward_variance, spread
+from protorl.logs.logger import Logger
 from protorl.replay import ReplayBuffer
 from protorl.results.analyze import analyze_run
 from protorl.training import Trainer
+from protorl.training.callbacks.analyses import AnalysisMonitor
 from protorl.validate import validate
 from tests.agents import tiny_config as tiny_agent_config
 from tests.runs import TINY, assert_ok, read_csv, run
@@ -148,6 +148,7 @@ def test_reward_variance_leaves_training_state_alone(build_agent, replay):
     assert torch.equal(torch.get_rng_state(), torch_rng) and (np.random.get_state()[1] == numpy_rng).all()
 
 
+@pytest.mark.slow
 def test_agents_without_prototypes_get_coverage_and_a_map(tmp_path):
     """A monitor over an agent with no head: coverage and the visitation map, no reward variance."""
     env = DMCEnv("point_mass_maze_explore", obs="states", seed=0)
@@ -185,6 +186,7 @@ def without(rows: list[dict[str, str]], *columns: str) -> list[dict[str, str]]:
     return [{k: v for k, v in row.items() if k not in columns} for row in rows]
 
 
+@pytest.mark.slow
 def test_exact_resume_with_analyses_and_no_effect_on_training(tmp_path):
     """A phase resumed from its 1000-frame checkpoint writes the same analyses and maps as the straight run,
     and a run without analyses trains identically (the analyses draw from their own generators)."""
@@ -212,6 +214,7 @@ def test_exact_resume_with_analyses_and_no_effect_on_training(tmp_path):
     assert without(read_csv(plain / "train.csv")[1], *timing) == without(read_csv(straight / "train.csv")[1], *timing)
 
 
+@pytest.mark.slow
 def test_resuming_with_other_analysis_settings_is_refused_with_a_reason(tmp_path):
     cfg = tiny_run_config(tmp_path)
     run_dir = tmp_path / "run"
@@ -245,6 +248,7 @@ def maze_run(tmp_path_factory):
     return run_dir
 
 
+@pytest.mark.slow
 def test_maze_pretraining_writes_coverage_variance_and_maps(maze_run):
     phase = maze_run / "pretrain"
     columns, rows = read_csv(phase / "analysis.csv")
@@ -267,6 +271,7 @@ def test_maze_pretraining_writes_coverage_variance_and_maps(maze_run):
     assert [e.step for e in events.Images("maps/visitation")] == [1000, 2000]
 
 
+@pytest.mark.slow
 def test_analyze_command_writes_plots_and_summary(maze_run, capsys):
     analyze([str(maze_run)])
     printed = capsys.readouterr().out

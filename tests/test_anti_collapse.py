@@ -15,10 +15,10 @@ import torch
 import torch.nn.functional as F
 
 from protorl.agents import ProtoAgent
-from protorl.agents.proto import ProtoConfig
-from protorl.diagnostics import collapse_message, projection_diagnostics, sinkhorn_entropy
-from protorl.proto import ANTI_COLLAPSE, Projector, ProtoHead, knn_reward, sinkhorn
-from protorl.snapshot import SnapshotError, check_architecture
+from protorl.agents.diagnostics import collapse_message, projection_diagnostics, sinkhorn_entropy
+from protorl.agents.proto.agent import ProtoConfig
+from protorl.agents.proto.math import ANTI_COLLAPSE, Projector, ProtoHead, knn_reward, sinkhorn
+from protorl.storage.snapshots import SnapshotError, check_architecture
 from tests.agents import update
 from tests.runs import assert_ok, read_csv, run
 
@@ -156,6 +156,7 @@ def mean_reward_of_spread_projections(batch_size: int, before_enqueue: bool, spa
     return float(np.mean(rewards[4:]))
 
 
+@pytest.mark.slow
 def test_reward_before_enqueue_does_not_shrink_with_the_batch_size():
     """Random unit projections are ~1.41 apart whatever the batch: the reward must say so at B = 32 as at 512."""
     small, large = (mean_reward_of_spread_projections(b, before_enqueue=True) for b in (32, 512))
@@ -300,22 +301,23 @@ def test_state_of_a_variant_does_not_load_into_the_paper_head(make_cfg):
 
 
 # -- end to end: real pre-training runs from states ---------------------------------------------------------
-ACCEPTANCE = ["preset=small", "obs=states", "env=point_mass_maze_explore", "pretrain_frames=3000",
+SMALL_MAZE = ["preset=small", "obs=states", "env=point_mass_maze_explore", "pretrain_frames=3000",
               "progress_bar=false", "tensorboard=false", "threads=1"]
 
 
 @pytest.fixture(scope="module")
 def small_runs(tmp_path_factory):
-    """The issue's acceptance command with the small preset's variant, and the same with the paper's algorithm."""
+    """3k frames of the U-maze from states with the small preset's variant, and the same with the paper's algorithm."""
     root = tmp_path_factory.mktemp("alive")
     runs = {}
     for name, extra in (("variant", []), ("paper", ["agent=proto_paper"])):
-        result = run("pretrain", *ACCEPTANCE, *extra, run_dir=root / name)
+        result = run("pretrain", *SMALL_MAZE, *extra, run_dir=root / name)
         assert_ok(result)
         runs[name] = (root / name, result.stdout + result.stderr)
     return runs
 
 
+@pytest.mark.research
 def test_small_preset_keeps_the_representation_alive(small_runs):
     run_dir, output = small_runs["variant"]
     columns, rows = read_csv(run_dir / "pretrain" / "train.csv")
@@ -328,6 +330,7 @@ def test_small_preset_keeps_the_representation_alive(small_runs):
     assert "has collapsed" not in output
 
 
+@pytest.mark.research
 def test_the_papers_algorithm_collapses_and_the_run_says_so_once(small_runs):
     run_dir, output = small_runs["paper"]
     assert output.count("the representation has collapsed at frame") == 1, output

@@ -8,7 +8,7 @@ import pytest
 import torch
 from torch import nn
 
-from protorl.augment import random_shift
+from protorl.agents.augment import random_shift
 
 
 def _candidates(images: torch.Tensor, pad: int) -> dict[tuple[int, int], torch.Tensor]:

@@ -16,11 +16,11 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from protorl.agents import AGENTS, APTAgent, DrQAgent, ICMAgent, ProtoAgent, RandomAgent, make_agent
+from protorl.agents import BUILT_IN, APTAgent, DrQAgent, ICMAgent, ProtoAgent, RandomAgent, make_agent
 from protorl.agents.apt import nt_xent_loss, particle_entropy_reward
 from protorl.agents.icm import RunningMeanStd, normalized_curiosity
 from protorl.config import AgentConfig, ConfigError
-from protorl.snapshot import load_snapshot
+from protorl.storage.snapshots import load_snapshot
 from tests.agents import PIXEL_OBS_SHAPE, POINT_MASS_ACTION_SHAPE, tiny_config, update
 from tests.runs import TINY_SHARED, assert_ok, assert_user_error, read_csv, run, tiny_agent
 
@@ -125,7 +125,7 @@ def test_drq_has_no_pretraining_phase():
 
 @pytest.mark.parametrize("name", ["random", "icm", "apt"])
 def test_pretrained_baselines_cannot_learn_online(name):
-    assert not AGENTS[name].supports("online")
+    assert not BUILT_IN[name].supports("online")
     with pytest.raises(ValueError, match="no 'online' update"):
         build(name, "online")
 
@@ -186,6 +186,7 @@ def test_icm_errors_are_half_squared_prediction_errors():
                                                            rel=1e-5)
 
 
+@pytest.mark.slow
 def test_icm_dynamics_models_are_two_layer_mlps_with_1024_units():
     agent = make_agent(AgentConfig(name="icm"), "states", (4,), (2,), CPU, "pretrain")  # ICMConfig's defaults
     for model in (agent.icm.forward_model, agent.icm.inverse_model):
@@ -227,6 +228,7 @@ def test_nt_xent_matches_its_definition():
     assert nt_xent_loss(z1, z1, tau) < nt_xent_loss(z1, z2, tau)
 
 
+@pytest.mark.slow
 def test_every_method_is_selectable_by_name():
     """Each of the paper's methods has a config group option (`agent=NAME`) whose `agent.name` makes
     `make_agent` build that method's class; every option names a registered agent; an unknown name is refused
@@ -236,7 +238,7 @@ def test_every_method_is_selectable_by_name():
     import protorl.cli  # noqa: F401  (registers the structured schema)
 
     methods = {"proto": ProtoAgent, "random": RandomAgent, "icm": ICMAgent, "apt": APTAgent, "drq": DrQAgent}
-    assert AGENTS == methods
+    assert BUILT_IN == methods
     options = sorted(p.stem for p in (Path(__file__).parents[1] / "protorl" / "conf" / "agent").glob("*.yaml"))
     with initialize_config_module(config_module="protorl.conf", version_base="1.3"):
         names = {option: compose(config_name="train", overrides=[f"agent={option}"]).agent.name for option in options}
@@ -256,6 +258,7 @@ STATES = ["preset=small", *TINY_SHARED, "obs=states", "env=point_mass_maze_reach
           "snapshot_at_frames=[]"]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", ["random", "icm", "apt"])
 def test_baseline_pretrain_snapshot_finetune(name, tmp_path: Path):
     run_dir = tmp_path / name
@@ -274,6 +277,7 @@ def test_baseline_pretrain_snapshot_finetune(name, tmp_path: Path):
     assert (other / "finetune" / "result.json").exists()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("name", "extra"), [("drq", "pretrain_frames=1000"), ("proto", "pretrain_frames=0")])
 def test_training_without_pretraining(name, extra, tmp_path: Path):
     run_dir = tmp_path / name
@@ -284,6 +288,7 @@ def test_training_without_pretraining(name, extra, tmp_path: Path):
     assert [int(r["frames"]) for r in rows] == [0, 1000]
 
 
+@pytest.mark.slow
 def test_snapshot_of_another_agent_is_refused(tmp_path: Path):
     run_dir = tmp_path / "icm"
     assert_ok(run("pretrain", *STATES, *tiny_agent("icm"), run_dir=run_dir))
@@ -297,6 +302,7 @@ def test_snapshot_of_another_agent_is_refused(tmp_path: Path):
     ("pretrain", ["agent=drq"], "DrQ learns from the task reward only"),
     ("train", [*tiny_agent("icm"), "pretrain_frames=0"], "learns its representation only in pre-training"),
 ])
+@pytest.mark.slow
 def test_agent_config_errors(command, overrides, fragment, tmp_path: Path):
     result = run(command, *STATES, *overrides, run_dir=tmp_path / "run")
     assert result.returncode != 0 and fragment in result.stderr, result.stderr

@@ -11,9 +11,11 @@ import torch
 from omegaconf import OmegaConf
 
 from protorl.agents import ProtoAgent
-from protorl.logger import EPISODE_COLUMNS, EVAL_COLUMNS
-from protorl.snapshot import load_snapshot
+from protorl.logs.logger import EPISODE_COLUMNS, EVAL_COLUMNS
+from protorl.storage.snapshots import load_snapshot
 from tests.runs import TINY, assert_finite_floats, assert_ok, assert_user_error, read_csv, read_rows, run
+
+pytestmark = pytest.mark.slow  # the slow tier: this module runs protorl's commands or real training
 
 TRAIN_COLUMNS = [*EPISODE_COLUMNS, *ProtoAgent.metric_names()]  # the episode, then every metric Proto-RL logs
 

@@ -8,10 +8,12 @@ import pytest
 import torch
 
 import protorl
-from protorl.checkpoint import load_newest_checkpoint
 from protorl.config import Config
+from protorl.storage.checkpoints import load_newest_checkpoint
 from tests.agents import tiny_config
 from tests.runs import read_rows
+
+pytestmark = pytest.mark.slow  # the slow tier: this module runs protorl's commands or real training
 
 # wall times, and the logs' byte lengths (their rows hold wall times): the entries of a checkpoint that may differ
 UNTIMED = {"elapsed_s", "wall_time_s", "logger"}

@@ -7,7 +7,7 @@ import dataclasses
 import pytest
 import torch
 
-from protorl.agents.proto import ProtoConfig
+from protorl.agents.proto.agent import ProtoConfig
 from protorl.config import AgentConfig, Config, ConfigError
 from protorl.validate import validate
 from tests.agents import update
@@ -120,7 +120,8 @@ PAPER_AGENT = {
     # the published algorithm: SSL every update, a linear projector, reward after enqueueing, on the sphere
     "ssl_update_every": 1, "anti_collapse": "none", "reward_before_enqueue": False, "reward_space": "sphere",
 }
-VARIANT = {"anti_collapse": "center", "reward_before_enqueue": True, "reward_space": "raw"}  # README departures
+# the departures of docs/fidelity.md
+VARIANT = {"anti_collapse": "center", "reward_before_enqueue": True, "reward_space": "raw"}
 PAPER_RUN = {
     "replay_capacity": 100_000, "seed_transitions": 1000, "action_repeat": 2, "frame_stack": 3,
     "image_size": 84, "pretrain_frames": 500_000, "finetune_frames": 500_000, "eval_every_frames": 10_000,

@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import os
 
+import pytest
+
 os.environ.setdefault("MUJOCO_GL", "egl")
 
 import numpy as np  # noqa: E402
-import pytest  # noqa: E402
 from dm_control import suite  # noqa: E402
 
 from protorl.envs import EXTRA_TASKS, DMCEnv, check_task, list_tasks, split_task  # noqa: E402
@@ -23,6 +24,7 @@ def _render(env: DMCEnv, camera_id: int) -> np.ndarray:
     return env.physics.render(84, 84, camera_id=camera_id).transpose(2, 0, 1)
 
 
+@pytest.mark.slow
 def test_pixel_observation_shapes_and_reset_stack(point_mass):
     assert point_mass.obs_shape == (9, 84, 84)
     assert point_mass.frame_shape == (3, 84, 84)
@@ -97,6 +99,7 @@ def test_actions_in_unit_box_map_onto_the_action_spec():
         env.step(np.zeros(3))
 
 
+@pytest.mark.slow
 def test_camera_ids():
     quadruped = DMCEnv("quadruped_walk", seed=0)
     assert quadruped.camera_id == 2
@@ -165,6 +168,7 @@ def test_list_tasks_and_split_task():
     assert split_task("cartpole_swingup_sparse") == ("cartpole", "swingup_sparse")
 
 
+@pytest.mark.slow
 def test_replay_rebuilds_the_env_observations():
     """Store frames as the trainer does and check the buffer reproduces every stacked observation."""
     env = DMCEnv("point_mass_easy", seed=9)

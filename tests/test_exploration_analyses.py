@@ -8,10 +8,10 @@ import dataclasses
 import numpy as np
 import pytest
 
-from protorl.analysis.coverage import coverage_spec, histogram
-from protorl.analysis.maps import cell_centres, inside_walls, reward_field, wall_rectangles
-from protorl.analysis.random_reference import REFERENCE_SEED_OFFSET, RandomPolicyCoverage
 from protorl.envs import DMCEnv
+from protorl.exploration.coverage import coverage_spec, histogram
+from protorl.exploration.maps import cell_centres, inside_walls, reward_field, wall_rectangles
+from protorl.exploration.random_reference import REFERENCE_SEED_OFFSET, RandomPolicyCoverage
 
 TASK = "point_mass_maze_explore"
 
@@ -53,6 +53,7 @@ def test_reward_field_evaluates_every_free_cell_at_its_centre(maze):
     assert np.isnan(field[blocked]).all() and seen == [int((~blocked).sum())]
 
 
+@pytest.mark.slow
 def test_random_reference_is_a_uniform_random_rollout_of_the_same_frames(maze):
     env, spec, _ = maze
     reference = RandomPolicyCoverage(TASK, action_repeat=2, spec=spec, seed=3)

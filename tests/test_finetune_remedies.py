@@ -132,6 +132,7 @@ def _rows(path):
         return list(csv.DictReader(file))
 
 
+@pytest.mark.slow
 def test_a_tiny_fine_tuning_logs_its_diagnostics(tmp_path):
     """From states: pre-train, then fine-tune with the warm-up and the penalty; the diagnostics columns are filled."""
     run_dir = tmp_path / "run"
@@ -149,6 +150,7 @@ def test_a_tiny_fine_tuning_logs_its_diagnostics(tmp_path):
     assert not any(row["actor_drift"] for row in pretrain_train)  # no pre-trained actor to drift from
 
 
+@pytest.mark.slow
 def test_train_compares_with_the_same_fine_tuning_without_pretraining(tmp_path):
     """compare_without_pretraining: each downstream task again, from nothing, over the same frames; the summary
     prints both side by side."""

@@ -18,6 +18,7 @@ def test_every_task_is_registered():
     assert {f"protorl/{task}-v0" for task in list_tasks()} <= set(gymnasium.registry)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("task", "obs"), [("walker_walk", "states"), ("point_mass_maze_explore", "pixels")])
 def test_gymnasium_checker_passes_a_suite_task_and_a_paper_task(task, obs):
     env = gymnasium.make(f"protorl/{task}-v0", obs=obs, image_size=32, render_mode="rgb_array", render_size=32)
@@ -26,6 +27,7 @@ def test_gymnasium_checker_passes_a_suite_task_and_a_paper_task(task, obs):
     assert env.render().shape == (32, 32, 3)
 
 
+@pytest.mark.slow
 def test_same_frames_stack_action_repeat_and_time_limit_as_protorls_env():
     """Same seed, same actions: the Gymnasium environment returns protorl's observations and rewards, and its
     episode ends truncated where protorl's ends (1000 frames: 125 steps of 8)."""
@@ -52,6 +54,7 @@ def test_same_frames_stack_action_repeat_and_time_limit_as_protorls_env():
     np.testing.assert_array_equal(first, DMCEnv("point_mass_maze_explore", **{**settings, "seed": 9}).reset().obs)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("obs", ["states", "pixels"])
 def test_pretrain_and_finetune_on_a_gymnasium_environment(obs, tmp_path):
     """env=gym:<id>: a tiny Proto-RL pre-training and fine-tuning from its snapshot, through the real command."""
@@ -76,6 +79,7 @@ def test_pretrain_and_finetune_on_a_gymnasium_environment(obs, tmp_path):
     assert [r["frames"] for r in evals] == ["0", "400"]
 
 
+@pytest.mark.slow
 def test_a_gymnasium_id_that_does_not_exist_is_one_clear_error(tmp_path):
     from tests.runs import STATES, assert_user_error, run
 
@@ -87,7 +91,7 @@ def test_a_gymnasium_id_that_does_not_exist_is_one_clear_error(tmp_path):
 def test_a_checkpointed_random_state_continues_the_same_episodes():
     """What a checkpoint keeps of a Gymnasium task (its generator) makes a fresh environment start the next
     episode where the first would have."""
-    from protorl.envs.gymnasium_task import GymnasiumEnv
+    from protorl.gym.wrap import GymnasiumEnv
 
     first = GymnasiumEnv("gym:InvertedPendulum-v5", obs="states", action_repeat=2, seed=3)
     first.reset()
@@ -101,7 +105,7 @@ def test_a_checkpointed_random_state_continues_the_same_episodes():
 
 def test_a_camera_on_a_gymnasium_environment_is_refused_in_plain_words():
     """A Gymnasium environment renders its own view: a camera_id is refused saying so (not "cameras 0 to -1")."""
-    from protorl.agents.proto import ProtoConfig
+    from protorl.agents.proto.agent import ProtoConfig
     from protorl.config import Config, ConfigError
     from protorl.validate import validate
 

@@ -9,8 +9,16 @@ import torch
 from torch import nn
 
 from protorl.agents import SAC
+from protorl.agents.networks import (
+    CPU_MICRO_BATCH,
+    Actor,
+    Critic,
+    PixelEncoder,
+    StateEncoder,
+    micro_batch_for,
+    soft_update,
+)
 from protorl.config import AgentConfig
-from protorl.networks import CPU_MICRO_BATCH, Actor, Critic, PixelEncoder, StateEncoder, micro_batch_for, soft_update
 from tests.agents import PIXEL_OBS_SHAPE, tiny_agent, tiny_config
 
 
@@ -148,6 +156,7 @@ def test_actor_log_std_within_bounds_for_extreme_inputs(scale):
     assert (dist.mean.abs() <= 1).all()
 
 
+@pytest.mark.slow
 def test_actor_critic_trunks_default_config():
     cfg = AgentConfig()
     sac = SAC(repr_dim=39200, action_dim=6, cfg=cfg, device=torch.device("cpu"))
@@ -208,6 +217,7 @@ def test_soft_update_extremes():
     assert all(torch.equal(p, o) for p, o in zip(target.parameters(), online.parameters(), strict=True))
 
 
+@pytest.mark.slow
 def test_compiled_encoder_of_an_agent_gives_the_eager_features_and_keeps_its_state_dict():
     """`agent.compile_encoder` compiles Proto-RL's pixel encoders in place: the same features, and snapshots and
     checkpoints keep their keys."""

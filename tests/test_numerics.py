@@ -15,7 +15,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from protorl.proto import CandidateQueue, knn_reward, sample_candidates, sinkhorn
+from protorl.agents.proto.math import CandidateQueue, knn_reward, sample_candidates, sinkhorn
 from protorl.replay import ReplayBuffer
 from tests.agents import update
 

@@ -4,17 +4,18 @@ from __future__ import annotations
 
 import os
 
+import pytest
+
 os.environ.setdefault("MUJOCO_GL", "egl")
 
 import numpy as np  # noqa: E402
-import pytest  # noqa: E402
 from dm_control import suite  # noqa: E402
 
 from protorl.envs import DMCEnv, check_task, list_tasks  # noqa: E402
 from protorl.envs import point_mass_maze as maze  # noqa: E402
 from protorl.envs.reach_duplo import BRICK_POSITIONS  # noqa: E402
 from protorl.envs.walker_tasks import TASKS as WALKER_TASKS  # noqa: E402
-from protorl.snapshot import SnapshotError, check_spec  # noqa: E402
+from protorl.storage.snapshots import SnapshotError, check_spec  # noqa: E402
 
 MAZE_TASKS = ["point_mass_maze_explore"] + [f"point_mass_maze_{suffix}" for suffix in maze.TARGETS]
 NEW_TASKS = MAZE_TASKS + list(WALKER_TASKS) + ["reach_duplo", *BRICK_POSITIONS]
@@ -191,6 +192,7 @@ def test_run_forward_is_the_suites_walker_run(walkers):
 
 
 # -- reach duplo ------------------------------------------------------------------------------------------
+@pytest.mark.slow
 @pytest.mark.parametrize("name", list(BRICK_POSITIONS))
 def test_duplo_brick_is_at_its_fixed_position(name):
     for seed in (0, 1):
@@ -199,6 +201,7 @@ def test_duplo_brick_is_at_its_fixed_position(name):
         np.testing.assert_allclose(env.physics.named.data.xpos["duplo2x4/", :2], BRICK_POSITIONS[name], atol=1e-4)
 
 
+@pytest.mark.slow
 def test_single_task_duplo_brick_is_placed_anywhere_in_the_original_workspace():
     from dm_control.manipulation import reach
 
@@ -213,6 +216,7 @@ def test_single_task_duplo_brick_is_placed_anywhere_in_the_original_workspace():
     assert np.ptp(np.stack(positions), axis=0).max() > 0.01  # the seed moves the brick
 
 
+@pytest.mark.slow
 def test_duplo_renders_from_the_front_camera():
     env = DMCEnv("reach_duplo_top_left", seed=0)
     assert env.physics.model.id2name(env.camera_id, "camera") == "front_close"
@@ -223,6 +227,7 @@ def test_duplo_renders_from_the_front_camera():
 
 @pytest.mark.parametrize("name, frames", [("point_mass_maze_explore", 1000), ("walker_flip_backward", 1000),
                                           ("reach_duplo_bottom_left", 250)])
+@pytest.mark.slow
 def test_episode_lengths(name, frames):
     env = DMCEnv(name, obs="states", action_repeat=1, seed=0)
     ts, steps = env.reset(), 0
@@ -241,6 +246,7 @@ def test_new_tasks_are_listed_and_named_in_the_unknown_task_error():
         assert name in str(error.value)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", NEW_TASKS)
 def test_pixels_and_states_through_dmcenv(name):
     env = DMCEnv(name, obs="pixels", seed=0)

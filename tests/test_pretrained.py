@@ -11,7 +11,7 @@ import torch
 
 import protorl
 from protorl.errors import SnapshotError
-from protorl.snapshot import save_snapshot
+from protorl.storage.snapshots import save_snapshot
 from tests.agents import PIXEL_OBS_SHAPE, POINT_MASS_ACTION_SHAPE, tiny_agent, update
 
 

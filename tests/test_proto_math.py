@@ -1,4 +1,4 @@
-"""Tests of the Proto-RL math in `protorl.proto` against the paper (section 4, appendix D)."""
+"""Tests of the Proto-RL math in `protorl.agents.proto.math` against the paper (section 4, appendix D)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from protorl.proto import (
+from protorl.agents.proto.math import (
     CandidateQueue,
     ProtoHead,
     cluster_assignment_loss,

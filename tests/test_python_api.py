@@ -3,27 +3,22 @@
 from __future__ import annotations
 
 import dataclasses
+import threading
+import time
 
 import pytest
 from omegaconf import OmegaConf
 
 import protorl
-from protorl.agents.proto import ProtoConfig
+from protorl.agents.proto.agent import ProtoConfig
 from protorl.config import Config, ConfigError
 from protorl.errors import SnapshotError
-from tests.agents import tiny_config
+from protorl.storage.rundir import RunDirError
+from tests.agents import tiny, tiny_config
 from tests.runs import read_csv
 
 
-def tiny(run_dir, **fields) -> Config:
-    """A tiny run from states on point_mass_easy: 1000-frame episodes of 125 agent steps."""
-    settings = dict(obs="states", env="point_mass_easy", action_repeat=8, seed_transitions=20, replay_capacity=2000,
-                    eval_episodes=1, eval_every_frames=1000, analysis_every_frames=None, snapshot_at_frames=[],
-                    progress_bar=False, threads=1, fast_malloc=False, tensorboard=False, pretrain_frames=1000,
-                    finetune_frames=1000, agent=tiny_config("proto"), run_dir=str(run_dir))
-    return Config(**{**settings, **fields})
-
-
+@pytest.mark.slow
 def test_train_runs_both_phases_and_keeps_the_run_directory_contract(tmp_path):
     run_dir = tmp_path / "run"
     results = protorl.train(tiny(run_dir))
@@ -54,3 +49,19 @@ def test_bad_input_raises_one_clear_error_and_writes_nothing(tmp_path):
     with pytest.raises(SnapshotError, match="no such file"):
         protorl.finetune(tiny(tmp_path / "c"), snapshot=str(tmp_path / "missing.pt"))
     assert not any(tmp_path.iterdir())
+
+
+@pytest.mark.slow
+def test_two_threads_cannot_hold_one_run_directory(tmp_path):
+    """One call at a time per run directory, from the threads of one process too: a second call while the first
+    runs is refused as busy, and the first completes with each train.csv row once."""
+    run_dir, results = tmp_path / "run", []
+    first = threading.Thread(target=lambda: results.append(protorl.pretrain(tiny(run_dir, pretrain_frames=20000))))
+    first.start()
+    while first.is_alive() and not (run_dir / "config.yaml").exists():  # written once the directory is claimed
+        time.sleep(0.01)
+    with pytest.raises(RunDirError, match="in use by process"):
+        protorl.pretrain(tiny(run_dir, pretrain_frames=20000))
+    first.join()
+    frames = [row["frames"] for row in read_csv(run_dir / "pretrain" / "train.csv")[1]]
+    assert results and len(frames) == len(set(frames)) == 20

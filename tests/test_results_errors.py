@@ -84,12 +84,14 @@ def without_rliable(*argv: str) -> subprocess.CompletedProcess:
 
 
 # -- protorl-aggregate ------------------------------------------------------------------------------------------
+@pytest.mark.slow
 def test_aggregate_help_works_without_rliable():
     done = without_rliable("--help")
     assert done.returncode == 0, done.stderr
     assert done.stdout.startswith("usage: protorl-aggregate") and done.stderr == ""
 
 
+@pytest.mark.slow
 def test_aggregate_without_rliable_says_how_to_install_it(tmp_path):
     """Complete records need rliable's statistics: one line naming the `sweep` extra, nothing written."""
     make_run(tmp_path / "runs" / "proto_1")
@@ -158,6 +160,7 @@ def test_analyze_an_analysis_csv_without_frames_is_one_error_line(tmp_path, caps
     assert str(run / "pretrain" / "analysis.csv") in err and "frames" in err
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("link", ["analysis directory", "output file", "analysis.csv", "map"])
 def test_analyze_refuses_symlinks_leading_outside_the_run(tmp_path, capsys, link):
     """Nothing is read from or written to `elsewhere`; a symlink inside the run directory is followed."""

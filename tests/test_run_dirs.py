@@ -20,8 +20,9 @@ import pytest
 import torch
 from omegaconf import OmegaConf
 
-from protorl.checkpoint import atomic_save, list_checkpoints
 from protorl.errors import CheckpointError
+from protorl.storage.atomic import atomic_save
+from protorl.storage.checkpoints import list_checkpoints
 from tests.runs import (
     STATES,
     assert_ok,
@@ -32,6 +33,8 @@ from tests.runs import (
     tensorboard_scalars,
     tree,
 )
+
+pytestmark = pytest.mark.slow  # the slow tier: this module runs protorl's commands or real training
 
 RUN = [*STATES, "pretrain_frames=4000", "checkpoint_every_frames=1000"]
 
@@ -127,7 +130,7 @@ def test_start_over_deletes_only_what_the_run_wrote(straight, tmp_path):
 def test_logs_shorter_than_the_checkpoint_says_are_not_padded(tmp_path):
     """After an OS crash a checkpoint (fsync'ed) can outlive the tail of a log: resuming keeps the log as it is
     instead of extending it with zero bytes."""
-    from protorl.logger import Logger
+    from protorl.logs.logger import Logger
 
     logger = Logger(tmp_path, (), tensorboard=True)
     for frames in (1000, 2000):

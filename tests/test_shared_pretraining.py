@@ -11,9 +11,10 @@ from omegaconf import OmegaConf
 import protorl
 from protorl.cli import aggregate
 from protorl.errors import SnapshotError
-from protorl.snapshot import load_snapshot
-from tests.agents import tiny_config
-from tests.test_python_api import tiny
+from protorl.storage.snapshots import load_snapshot
+from tests.agents import tiny, tiny_config
+
+pytestmark = pytest.mark.slow  # the slow tier: this module runs protorl's commands or real training
 
 
 def tensors(state, prefix: str = "") -> dict[str, torch.Tensor]:

@@ -9,7 +9,7 @@ import re
 import pytest
 import torch
 
-from protorl.snapshot import FORMAT_VERSION, SnapshotError, load_snapshot, save_snapshot
+from protorl.storage.snapshots import FORMAT_VERSION, SnapshotError, load_snapshot, save_snapshot
 from tests.agents import update
 
 

@@ -15,6 +15,8 @@ from omegaconf import OmegaConf
 from protorl.config import Config
 from tests.runs import TINY, assert_ok, assert_user_error, environment, run
 
+pytestmark = pytest.mark.slow  # the slow tier: this module runs protorl's commands or real training
+
 EXPERIMENTS = sorted(p.stem for p in (Path(__file__).parents[1] / "protorl" / "conf" / "experiment").glob("*.yaml"))
 SWEEP_TIMEOUT_S = 600
 # States (no rendering) and one episode per phase: these tests are about launching, not learning.
@@ -140,5 +142,10 @@ def test_every_experiment_preset_composes_to_a_valid_sweep(name):
             assert config.agent.batch_size == 32 and config.pretrain_frames <= 40_000
             if name.startswith("maze_downstream"):  # the main job's fine-tuning
                 assert config.finetune_frames <= 10_000 and config.obs == "states"
+        elif name.startswith("maze_far"):  # the main job's settings, longer: targets outside the start room
+            assert config.agent.batch_size == 32 and config.obs == "states"
+            assert config.pretrain_frames in (0, 100_000)
+            if command != "pretrain":
+                assert config.finetune_frames == 20_000
         else:
             assert config.agent.batch_size == 512 and config.finetune_frames == 500_000

@@ -9,9 +9,11 @@ from pathlib import Path
 import pytest
 
 from protorl.config import Config, ConfigError
-from protorl.logger import Logger
+from protorl.logs.logger import Logger
 from protorl.validate import validate
 from tests.runs import TINY, assert_ok, run
+
+pytestmark = pytest.mark.slow  # the slow tier: this module runs protorl's commands or real training
 
 PRESETS = sorted(p.stem for p in (Path(__file__).parents[1] / "protorl" / "conf" / "preset").glob("*.yaml"))
 
@@ -22,7 +24,7 @@ def test_wandb_is_off_by_default(tmp_path, monkeypatch):
     from hydra import compose, initialize_config_module
 
     import protorl.cli  # noqa: F401  (registers the structured schema)
-    from protorl.tracking import ID_FILE, phase_tracker, start_run
+    from protorl.logs.tracking import ID_FILE, phase_tracker, start_run
 
     assert Config().wandb is False
     assert PRESETS
@@ -44,7 +46,7 @@ def test_wandb_without_the_package_is_refused_with_the_install_command(monkeypat
 
 
 def test_phase_metrics_reach_the_wandb_run(tmp_path, monkeypatch):
-    from protorl.tracking import PhaseTracker
+    from protorl.logs.tracking import PhaseTracker
 
     wandb = pytest.importorskip("wandb")
     monkeypatch.setenv("WANDB_SILENT", "true")

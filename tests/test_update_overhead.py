@@ -13,11 +13,11 @@ import torch
 from torch import distributions as pyd
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from protorl.agents import AGENTS
-from protorl.diagnostics import projection_diagnostics
-from protorl.logger import Logger
-from protorl.networks import Actor
-from protorl.optim import FusedAdam
+from protorl.agents import BUILT_IN
+from protorl.agents.diagnostics import projection_diagnostics
+from protorl.agents.networks import Actor
+from protorl.agents.optim import FusedAdam
+from protorl.logs.logger import Logger
 from protorl.replay import ReplayBuffer
 from tests.agents import POINT_MASS_ACTION_SHAPE, tiny_agent, update
 
@@ -156,14 +156,14 @@ def _filled_replay(obs_type: str) -> ReplayBuffer:
 
 
 @pytest.mark.parametrize("obs_type", ["states", "pixels"])
-@pytest.mark.parametrize("name", sorted(AGENTS))
+@pytest.mark.parametrize("name", sorted(BUILT_IN))
 def test_updates_wait_for_the_device_at_most_twice(name, obs_type):
     """Counted on a CPU: the aten operators that would make an accelerator's host wait, in each mode's update
     (even and odd steps: the actor and the EMAs update on every 2nd)."""
     replay = _filled_replay(obs_type)
     obs_shape = STATE_SHAPE if obs_type == "states" else (9, 32, 32)
     for mode in ("pretrain", "frozen", "online"):
-        if not AGENTS[name].supports(mode):
+        if not BUILT_IN[name].supports(mode):
             continue
         agent = tiny_agent(name, mode, seed=0, obs_type=obs_type, obs_shape=obs_shape)
         for step in range(3):  # the queue and the running statistics fill

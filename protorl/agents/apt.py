@@ -15,12 +15,12 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from protorl.agents.base import Agent, Metrics, optimizer_step, reward_metrics
+from protorl.agents.base import Agent, Metrics, reward_metrics
+from protorl.agents.diagnostics import PROJECTION_METRICS, projection_diagnostics
+from protorl.agents.knn import nearest_distances
+from protorl.agents.networks import orthogonal_init
+from protorl.agents.optim import make_adam, optimizer_step
 from protorl.config import AgentConfig, invalid, positive
-from protorl.diagnostics import PROJECTION_METRICS, projection_diagnostics
-from protorl.networks import orthogonal_init
-from protorl.optim import make_adam
-from protorl.proto import nearest_distances
 from protorl.replay import Batch
 
 

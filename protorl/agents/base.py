@@ -20,12 +20,12 @@ import numpy as np
 import torch
 from torch import nn
 
+from protorl.agents.augment import random_shift
+from protorl.agents.diagnostics import collapse_message
+from protorl.agents.networks import PixelEncoder, make_encoder, micro_batch_for
 from protorl.agents.sac import SAC, SAC_METRICS, Metrics
-from protorl.augment import random_shift
 from protorl.config import AgentConfig
-from protorl.diagnostics import collapse_message
 from protorl.errors import SnapshotError
-from protorl.networks import PixelEncoder, make_encoder, micro_batch_for
 from protorl.replay import Batch
 
 MODES = ("pretrain", "frozen", "online")
@@ -193,15 +193,6 @@ def critic_through_encoder(encoder: nn.Module, sac: SAC, obs: torch.Tensor, acti
     with torch.no_grad():
         next_features = encoder(next_obs)  # (B, R)
     return sac.update(features, action, reward, discount, next_features, step, encoder_optimizer=encoder_optimizer)
-
-
-def optimizer_step(loss: torch.Tensor, *optimizers: torch.optim.Optimizer) -> None:
-    """One gradient step of `loss` for every optimiser."""
-    for optimizer in optimizers:
-        optimizer.zero_grad(set_to_none=True)
-    loss.backward()
-    for optimizer in optimizers:
-        optimizer.step()
 
 
 def reward_metrics(prefix: str, reward: torch.Tensor) -> Metrics:

@@ -15,11 +15,11 @@ from typing import Any
 import torch
 from torch import nn
 
-from protorl.agents.base import Agent, Metrics, critic_through_encoder, optimizer_step, reward_metrics
+from protorl.agents.base import Agent, Metrics, critic_through_encoder, reward_metrics
+from protorl.agents.diagnostics import PROJECTION_METRICS, projection_diagnostics
+from protorl.agents.networks import mlp, orthogonal_init
+from protorl.agents.optim import make_adam, optimizer_step
 from protorl.config import AgentConfig, positive
-from protorl.diagnostics import PROJECTION_METRICS, projection_diagnostics
-from protorl.networks import mlp, orthogonal_init
-from protorl.optim import make_adam
 from protorl.replay import Batch
 
 

@@ -12,19 +12,13 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from protorl.agents.base import Agent, Metrics, critic_through_encoder
-from protorl.optim import make_adam
+from protorl.agents.base import Metrics, critic_through_encoder
+from protorl.agents.drq import EncoderTrainedByCritic
 from protorl.replay import Batch
 
 
-class RandomAgent(Agent):
+class RandomAgent(EncoderTrainedByCritic):
     name = "random"
-
-    def build(self) -> None:
-        self.encoder_optimizer = make_adam(self.encoder.parameters(), self.cfg.lr)
-
-    def representation_optimizers(self) -> dict[str, torch.optim.Optimizer]:
-        return {"encoder": self.encoder_optimizer}
 
     def act(self, obs: np.ndarray, sample: bool) -> np.ndarray:
         """Pre-training samples uniform actions in [-1, 1] (torch's RNG, so checkpoints resume exactly)."""

@@ -13,9 +13,9 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
+from protorl.agents.networks import Actor, Critic, log_prob_sum, soft_update
+from protorl.agents.optim import make_adam, optimizer_step
 from protorl.config import AgentConfig
-from protorl.networks import Actor, Critic, log_prob_sum, soft_update
-from protorl.optim import make_adam
 
 # what `SAC.update` returns; "actor_drift" downstream from a pre-trained actor only
 SAC_METRICS = ("critic_loss", "critic_q", "actor_loss", "alpha", "actor_entropy", "actor_drift")
@@ -91,11 +91,7 @@ class SAC:
         q1, q2 = self.critic(features, action)
         critic_loss = F.mse_loss(q1, target_q) + F.mse_loss(q2, target_q)
         optimizers = [self.critic_optimizer] + ([encoder_optimizer] if encoder_optimizer is not None else [])
-        for optimizer in optimizers:
-            optimizer.zero_grad(set_to_none=True)
-        critic_loss.backward()
-        for optimizer in optimizers:
-            optimizer.step()
+        optimizer_step(critic_loss, *optimizers)
         with torch.no_grad():
             return {"critic_loss": critic_loss.detach(), "critic_q": q1.mean()}
 
@@ -115,14 +111,10 @@ class SAC:
             coef = self.anchor_coef(step)
             if coef > 0:
                 actor_loss = actor_loss + coef * drift.mean()
-        self.actor_optimizer.zero_grad(set_to_none=True)
-        actor_loss.backward()
-        self.actor_optimizer.step()
+        optimizer_step(actor_loss, self.actor_optimizer)
 
         alpha_loss = (self.alpha * (-log_prob - self.target_entropy).detach()).mean()
-        self.alpha_optimizer.zero_grad(set_to_none=True)
-        alpha_loss.backward()
-        self.alpha_optimizer.step()
+        optimizer_step(alpha_loss, self.alpha_optimizer)
         with torch.no_grad():
             metrics = {"actor_loss": actor_loss.detach(), "alpha": self.alpha, "actor_entropy": -log_prob.mean()}
             if drift is not None:

@@ -13,6 +13,7 @@ from protorl.envs.dmc import (
     register_task,
     split_task,
 )
+from protorl.envs.env import Env, Simulated
 
-__all__ = ["EXTRA_TASKS", "DMCEnv", "ExtraTask", "TimeStep", "check_task", "list_tasks", "make_env",
+__all__ = ["EXTRA_TASKS", "DMCEnv", "Env", "ExtraTask", "Simulated", "TimeStep", "check_task", "list_tasks", "make_env",
            "register_task", "split_task"]

@@ -13,11 +13,15 @@ from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
 from functools import cache
+from typing import TYPE_CHECKING
 
 import numpy as np
 
-from protorl.envs.gymnasium_task import GymnasiumEnv, check_gymnasium_task, gymnasium_id
+from protorl.envs.names import GYMNASIUM_PREFIX
 from protorl.envs.time_step import TimeStep
+
+if TYPE_CHECKING:
+    from protorl.envs.env import Env
 
 
 def _suite():
@@ -63,7 +67,8 @@ def list_tasks() -> list[str]:
 
 def check_task(name: str) -> None:
     """Raise `ValueError` listing the valid task names if `name` is not one (or not a registered `gym:<id>`)."""
-    if gymnasium_id(name) is not None:
+    if name.startswith(GYMNASIUM_PREFIX):
+        from protorl.gym.wrap import check_gymnasium_task  # Gymnasium is an optional extra
         check_gymnasium_task(name)
     elif name not in _task_table():
         raise ValueError(f"unknown task {name!r}; valid tasks are: {', '.join(list_tasks())}")
@@ -72,7 +77,7 @@ def check_task(name: str) -> None:
 def split_task(name: str) -> tuple[str, str]:
     """`'point_mass_easy'` -> `('point_mass', 'easy')`; a Gymnasium task is a domain of its own."""
     check_task(name)
-    return (name, name) if name.startswith("gym:") else _task_table()[name]
+    return (name, name) if name.startswith(GYMNASIUM_PREFIX) else _task_table()[name]
 
 
 class DMCEnv:
@@ -212,10 +217,11 @@ class DMCEnv:
         return np.concatenate(list(self._frames), axis=0)
 
 
-def make_env(task: str, cfg, seed: int) -> DMCEnv | GymnasiumEnv:
+def make_env(task: str, cfg, seed: int) -> Env:
     """Build a `DMCEnv` (or for `gym:<id>`, a `GymnasiumEnv`) with the observation settings of a
     `protorl.config.Config`."""
-    if gymnasium_id(task) is not None:
+    if task.startswith(GYMNASIUM_PREFIX):
+        from protorl.gym.wrap import GymnasiumEnv  # Gymnasium is an optional extra
         return GymnasiumEnv(task, obs=cfg.obs, image_size=cfg.image_size, frame_stack=cfg.frame_stack,
                             action_repeat=cfg.action_repeat, seed=seed)
     return DMCEnv(task, obs=cfg.obs, image_size=cfg.image_size, frame_stack=cfg.frame_stack,

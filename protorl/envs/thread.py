@@ -13,7 +13,8 @@ from typing import Any
 
 import numpy as np
 
-from protorl.envs.dmc import DMCEnv, TimeStep
+from protorl.envs.env import Env
+from protorl.envs.time_step import TimeStep
 
 
 def _run_now(fn: Callable[..., Any], *args) -> Future:
@@ -29,7 +30,7 @@ def _run_now(fn: Callable[..., Any], *args) -> Future:
 class EnvThread:
     """`reset`, `step` and `close` of `env`: on a thread of their own if `threaded`, else in the caller."""
 
-    def __init__(self, env: DMCEnv, threaded: bool):
+    def __init__(self, env: Env, threaded: bool):
         self.env = env
         self._pool = ThreadPoolExecutor(1, thread_name_prefix="protorl-env") if threaded else None
 

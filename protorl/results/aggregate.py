@@ -101,9 +101,9 @@ def seed_curve(seeds: list[Record]) -> tuple[np.ndarray, np.ndarray, np.ndarray]
 def _pretrains(agent: str) -> bool:
     """Whether the registered agent named `agent` has a task-agnostic pre-training phase (one no longer
     registered is taken to have one)."""
-    from protorl.agents import AGENTS
+    from protorl.agents import registered_agents
 
-    cls = AGENTS.get(agent)
+    cls = registered_agents().get(agent)
     if cls is None:
         return True
     pretrains = getattr(cls, "pretrains", None)

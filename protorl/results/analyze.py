@@ -18,10 +18,10 @@ from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf
 
-from protorl.agents.proto import ProtoConfig
-from protorl.analysis.maps import map_paths
-from protorl.diagnostics import collapse_message
+from protorl.agents.diagnostics import collapse_message
+from protorl.agents.proto.agent import ProtoConfig
 from protorl.errors import ResultsError
+from protorl.exploration.maps import map_paths
 from protorl.results.finetuning import downstream_dirs, plot_finetuning
 from protorl.results.io import Rows, has, read_csv, read_result, series
 from protorl.results.paths import inside
@@ -131,7 +131,7 @@ def _coverage_lines(rows: Rows, missing: Sequence[str]) -> list[str]:
                      f"{100 * last['coverage/visited_fraction']:.1f}% of cells visited; "
                      f"at {first['frames']:.0f} frames: {first['coverage/entropy']:.3f}")
     elif rows and not set(COVERAGE_FIGURES) & set(missing):
-        lines.append("  coverage: not defined for this domain (protorl/analysis/coverage.py, COVERAGE_DIMS)")
+        lines.append("  coverage: not defined for this domain (protorl/exploration/coverage.py, COVERAGE_DIMS)")
     if all(key in last for key in RANDOM_FIGURES):
         lines.append(f"  uniform-random policy over the same {last['frames']:.0f} frames: normalised entropy "
                      f"{last['coverage/random_entropy']:.3f}, "

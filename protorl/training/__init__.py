@@ -1,8 +1,8 @@
 """Training: the loop of one phase (`Trainer`), its callbacks and its result."""
 
 from protorl.errors import TrainingDiverged
+from protorl.runtime import prepare_process
 from protorl.training.loop import Trainer
 from protorl.training.result import PhaseResult
-from protorl.utils import prepare_process
 
 __all__ = ["PhaseResult", "Trainer", "TrainingDiverged", "prepare_process"]

@@ -13,24 +13,25 @@ from pathlib import Path
 import numpy as np
 
 from protorl.agents import make_agent
-from protorl.analysis.monitor import phase_analyses, runs_analyses
-from protorl.callback import Callback
-from protorl.checkpoint import drop_checkpoints, list_checkpoints, load_newest_checkpoint, remove_partial_writes
 from protorl.config import EVAL_SEED_OFFSET, Config
 from protorl.envs import TimeStep, make_env
 from protorl.envs.thread import EnvThread
 from protorl.errors import CheckpointError, TrainingDiverged
-from protorl.logger import Logger
+from protorl.logs.logger import Logger
+from protorl.logs.tracking import PhaseTracker
 from protorl.replay import ReplayBuffer, frames_device
-from protorl.snapshot import check_architecture, check_spec
-from protorl.tracking import PhaseTracker
-from protorl.training.checkpoints import Checkpoints
-from protorl.training.evaluation import Evaluation
-from protorl.training.progress import ProgressLog
+from protorl.runtime import resolve_device, set_seed
+from protorl.storage.atomic import remove_partial_writes
+from protorl.storage.checkpoints import drop_checkpoints, list_checkpoints, load_newest_checkpoint
+from protorl.storage.snapshots import check_architecture, check_spec
+from protorl.training.callbacks import Callback
+from protorl.training.callbacks.analyses import phase_analyses, runs_analyses
+from protorl.training.callbacks.checkpointing import Checkpoints
+from protorl.training.callbacks.evaluation import Evaluation
+from protorl.training.callbacks.progress import ProgressLog
+from protorl.training.callbacks.snapshotting import Snapshots
 from protorl.training.result import PhaseResult
-from protorl.training.snapshots import Snapshots
-from protorl.training.state import capture_rngs, restore_rngs
-from protorl.utils import resolve_device, set_seed
+from protorl.training.rng_state import capture_rngs, restore_rngs
 
 
 class Trainer:
@@ -38,9 +39,9 @@ class Trainer:
 
     def __init__(self, cfg: Config, phase: str, task: str, out_dir: Path, pretrained: dict | None = None,
                  tracker: PhaseTracker | None = None):
-        """`pretrained`: for phase "finetune", a snapshot read by `protorl.snapshot.load_snapshot`; without
+        """`pretrained`: for phase "finetune", a snapshot read by `protorl.storage.snapshots.load_snapshot`; without
         one the downstream agent learns its representation from the task reward (DrQ, figure 14). `tracker`:
-        also send the logs to a W&B run (`protorl.tracking.phase_tracker`)."""
+        also send the logs to a W&B run (`protorl.logs.tracking.phase_tracker`)."""
         self.cfg, self.phase, self.task, self.out_dir = cfg, phase, task, out_dir
         set_seed(cfg.seed)
         self.device = resolve_device(cfg.device)

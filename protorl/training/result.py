@@ -7,7 +7,7 @@ import logging
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from protorl.checkpoint import write_text_atomic
+from protorl.storage.atomic import write_text_atomic
 
 log = logging.getLogger("protorl")
 

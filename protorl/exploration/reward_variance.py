@@ -1,0 +1,68 @@
+"""Variance of the k-NN intrinsic reward under two candidate schemes (section 5.6, figure 10).
+
+For a fixed set of probe observations, the reward `knn_reward` (distance to the k-th nearest candidate)
+is recomputed with `repeats` independently drawn candidate sets of the same size M x T:
+
+- proto: the agent's scheme. T fresh replay batches of B observations; from each, `sample_candidates`
+  draws one candidate per prototype, exactly as `ProtoAgent.enqueue_and_score` refills its queue;
+- uniform: M x T observations drawn uniformly from the replay buffer (APT's scheme).
+
+Observations are encoded and projected with the agent's current online encoder and projector, without
+augmentation, so the spread is that of the candidate draw alone; distances are measured in the agent's
+reward space (`agent.reward_space`). All draws use the caller's generators:
+the agent's queue, the replay's sampling RNG and the global RNGs are left untouched (exact resume).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+from protorl.agents.capabilities import Prototypes
+from protorl.agents.proto.math import knn_reward
+from protorl.replay import ReplayBuffer
+
+
+def embed(agent: Prototypes, obs: np.ndarray) -> torch.Tensor:
+    """Observations (N, *obs_shape) -> projections before L2 normalisation (N, D) (`Prototypes.embed`)."""
+    return agent.embed(torch.as_tensor(obs, device=agent.device))
+
+
+def replay_embeddings(agent: Prototypes, replay: ReplayBuffer, count: int, rng: np.random.Generator) -> torch.Tensor:
+    """Projections of `count` next-observations drawn uniformly from the replay with `rng`: (count, D)."""
+    return embed(agent, replay.stack_at(replay.sample_indices(count, rng)))
+
+
+@torch.no_grad()
+def proto_candidates(agent: Prototypes, replay: ReplayBuffer, rng: np.random.Generator, generator: torch.Generator
+                     ) -> torch.Tensor:
+    """A full queue as the agent fills it: T batches of B, M candidates from each -> (M * T, D)."""
+    batches = [replay_embeddings(agent, replay, agent.cfg.batch_size, rng)
+               for _ in range(agent.cfg.candidates_per_prototype)]
+    return torch.cat([agent.candidates(raw, generator) for raw in batches])
+
+
+def spread(rewards: np.ndarray) -> tuple[float, float, float]:
+    """Rewards (R, P) of P probes recomputed R times -> means over the probes of each probe's mean, standard
+    deviation (population) and coefficient of variation std / mean (0 for a probe whose rewards are all 0)."""
+    mean, std = rewards.mean(axis=0), rewards.std(axis=0)  # (P,) each
+    cv = np.divide(std, mean, out=np.zeros_like(std), where=mean > 0)
+    return float(mean.mean()), float(std.mean()), float(cv.mean())
+
+
+@torch.no_grad()
+def reward_variance(agent: Prototypes, replay: ReplayBuffer, probe_obs: np.ndarray, repeats: int,
+                    rng: np.random.Generator, generator: torch.Generator) -> dict[str, float]:
+    """The k-NN reward of `probe_obs` (P, *obs_shape) under `repeats` proto and uniform candidate sets ->
+    `variance/{proto,uniform}_{mean,std,cv}` (means over the probes, see `spread`)."""
+    z = agent.reward_points(embed(agent, probe_obs))  # (P, D)
+    k, size = agent.cfg.knn_k, agent.queue.capacity
+    proto = [knn_reward(z, proto_candidates(agent, replay, rng, generator), k) for _ in range(repeats)]
+    uniform = [knn_reward(z, agent.reward_points(replay_embeddings(agent, replay, size, rng)), k)
+               for _ in range(repeats)]
+    metrics = {}
+    for scheme, rewards in (("proto", proto), ("uniform", uniform)):
+        mean, std, cv = spread(torch.cat(rewards, dim=1).t().cpu().numpy())  # (R, P)
+        metrics.update({f"variance/{scheme}_mean": mean, f"variance/{scheme}_std": std,
+                        f"variance/{scheme}_cv": cv})
+    return metrics

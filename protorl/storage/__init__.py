@@ -1,0 +1,1 @@
+"""Files on disk: atomic writes and safe reads, checkpoints, snapshots and run directories."""

@@ -1,0 +1,95 @@
+"""Safe files: atomic writes with a free-disk check, and reads that never run pickled code.
+
+Snapshots (what fine-tuning needs), checkpoints (everything needed to resume a phase exactly), `config.yaml` and
+`result.json` are all written here: to a temporary file renamed into place, so a killed write leaves the old file
+or none. `safe_load` reads tensors and plain data only.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+from pathlib import Path
+
+import torch
+
+from protorl.errors import CheckpointError, ProtorlError, UnreadableFileError
+
+# the free space a write needs: the file's estimated size times this, plus FREE_SPACE_SLACK_BYTES
+FREE_SPACE_FACTOR = 1.1
+FREE_SPACE_SLACK_BYTES = 2**20
+
+
+def payload_bytes(payload) -> int:
+    """Approximate size on disk of a nested structure of tensors."""
+    if isinstance(payload, torch.Tensor):
+        return payload.numel() * payload.element_size()
+    if isinstance(payload, dict):
+        return sum(payload_bytes(v) for v in payload.values())
+    if isinstance(payload, (list, tuple)):
+        return sum(payload_bytes(v) for v in payload)
+    return 64
+
+
+def atomic_save(payload: dict, path: Path) -> Path:
+    """Write `payload` to `path` via a temporary file, fsync and rename; check free disk first.
+
+    The check asks for the payload's size times `FREE_SPACE_FACTOR` plus `FREE_SPACE_SLACK_BYTES`. Any write
+    error (a full disk, a read-only directory) becomes one `CheckpointError` naming the file and the cause;
+    the temporary file is removed and `path`, if it existed, is left as it was.
+    """
+    needed = int(payload_bytes(payload) * FREE_SPACE_FACTOR) + FREE_SPACE_SLACK_BYTES
+    tmp = path.with_suffix(path.suffix + ".tmp")
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        free = shutil.disk_usage(path.parent).free
+        if free < needed:
+            raise CheckpointError(f"cannot write {path}: it needs about {needed / 2**20:.0f} MiB and only "
+                                  f"{free / 2**20:.0f} MiB are free on that disk")
+        with open(tmp, "wb") as f:
+            torch.save(payload, f)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except OSError as error:
+        raise CheckpointError(f"cannot write {path}: {error.strerror or error}") from None
+    finally:
+        with contextlib.suppress(OSError):
+            tmp.unlink(missing_ok=True)
+    return path
+
+
+def write_text_atomic(path: Path, text: str) -> Path:
+    """Write `text` to `path` whole or not at all: a temporary file, fsync'ed, then renamed over `path`."""
+    tmp = path.with_suffix(path.suffix + ".tmp")
+    with open(tmp, "w") as f:
+        f.write(text)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+    return path
+
+
+def safe_load(path: str | Path, what: str, error: type[ProtorlError]) -> dict:
+    """Read a file written by `atomic_save` without executing pickled code; `what` names it in errors, which are
+    `error` (`UnreadableFileError` for a file that is not whole)."""
+    path = Path(path)
+    if not path.is_file():
+        raise error(f"{what} {path}: no such file")
+    try:
+        payload = torch.load(path, map_location="cpu", weights_only=True)
+    except (MemoryError, InterruptedError):  # the machine's trouble, not the file's
+        raise
+    except Exception as cause:  # torch raises many types for corrupt, truncated or unsafe files
+        raise UnreadableFileError(f"{what} {path}: cannot be read as a protorl {what} ({cause})") from None
+    if not isinstance(payload, dict):
+        raise error(f"{what} {path}: not a protorl {what}")
+    return payload
+
+
+def remove_partial_writes(directory: Path) -> None:
+    """Delete the temporary files that a write killed before its rename left in `directory`."""
+    if directory.is_dir():
+        for path in directory.glob("*.tmp"):
+            path.unlink()

@@ -1,0 +1,68 @@
+"""Checkpoints: everything a phase needs to resume exactly, as `checkpoint_<frames>.pt` files, the newest few kept."""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import re
+from pathlib import Path
+
+from protorl.errors import CheckpointError, UnreadableFileError
+from protorl.storage.atomic import atomic_save, remove_partial_writes, safe_load
+
+log = logging.getLogger("protorl")
+
+# 2: per-agent optimisers, physical states, analysis state; 3: the projector with its statistics; 4: TensorBoard
+# file sizes, paths relative to the phase directory
+CHECKPOINT_VERSION = 4
+CHECKPOINT_NAME = re.compile(r"checkpoint_(\d+)\.pt")
+
+
+def save_checkpoint(state: dict, directory: Path, frames: int, keep: int) -> Path:
+    """Write `checkpoint_<frames>.pt` and delete all but the newest `keep` checkpoints."""
+    path = atomic_save({"checkpoint_version": CHECKPOINT_VERSION, **state},
+                       directory / f"checkpoint_{frames}.pt")
+    for old in list_checkpoints(directory)[:-keep]:
+        old.unlink(missing_ok=True)
+    return path
+
+
+def list_checkpoints(directory: Path) -> list[Path]:
+    """The checkpoints (`checkpoint_<frames>.pt`) in `directory`, oldest first; other files are not."""
+    if not directory.is_dir():
+        return []
+    found = [(int(match[1]), path) for path in directory.iterdir() if (match := CHECKPOINT_NAME.fullmatch(path.name))]
+    return [path for _, path in sorted(found)]
+
+
+def drop_checkpoints(directory: Path) -> None:
+    """Delete a completed phase's checkpoints (the directory too, once empty)."""
+    for path in list_checkpoints(directory):
+        path.unlink()
+    remove_partial_writes(directory)
+    with contextlib.suppress(OSError):
+        directory.rmdir()
+
+
+def load_checkpoint(path: Path) -> dict:
+    payload = safe_load(path, "checkpoint", CheckpointError)
+    if payload.get("checkpoint_version") != CHECKPOINT_VERSION:
+        raise CheckpointError(f"checkpoint {path}: not a protorl checkpoint of version {CHECKPOINT_VERSION} (found "
+                              f"{payload.get('checkpoint_version')!r}, e.g. from an older protorl); start over with "
+                              "start_over=true or in a new run directory")
+    return payload
+
+
+def load_newest_checkpoint(directory: Path) -> tuple[Path, dict] | None:
+    """The newest intact checkpoint in `directory` and its contents, or None if there is none. An unreadable
+    newest one (e.g. cut short by a full disk) is moved aside (`.unreadable`) with a warning and the one before it
+    used; `UnreadableFileError` if none before it is left."""
+    for path in reversed(list_checkpoints(directory)):
+        try:
+            return path, load_checkpoint(path)
+        except UnreadableFileError as error:
+            if not list_checkpoints(directory)[:-1]:
+                raise
+            log.warning("%s; moving it aside (.unreadable) and resuming from the checkpoint before it", error)
+            path.rename(path.with_suffix(".pt.unreadable"))
+    return None

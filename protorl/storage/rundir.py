@@ -1,0 +1,239 @@
+"""A run directory is a contract: its `config.yaml` describes exactly the data in it.
+
+`claim_run_dir` enforces it before a run writes anything of its own (`check_run_dir` asks the same questions and
+changes nothing):
+- one run at a time writes to a directory: an exclusive lock (`.lock`, holding the writer's pid) that the
+  operating system releases when the process ends, so a killed run's lock is stale and taken over;
+- a directory that holds data is continued only with the settings it was made with (`RERUN_FREE_KEYS` may
+  differ: they change how a run is watched or where it runs, not what it computes);
+- `resume=false` over existing data is refused unless `start_over=true`, which deletes the data that the run
+  recorded in `config.yaml` wrote (nothing else) first.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import fcntl
+import logging
+import os
+import shutil
+import tempfile
+from pathlib import Path
+
+from omegaconf import OmegaConf
+
+from protorl.agents import agent_class
+from protorl.config import Config, downstream_dir_name, downstream_tasks
+from protorl.errors import ConfigError
+
+log = logging.getLogger("protorl")
+
+CONFIG_FILE = "config.yaml"
+LOCK_FILE = ".lock"
+# names of run data: a directory holding one of these is not taken for a new run (Hydra's .hydra/ and log are not)
+RUN_DATA = ("config.yaml", "curves.png", "analysis", "pretrain", "wandb_id.txt", "wandb")
+RUN_DATA_PREFIXES = ("finetune",)  # finetune/ and finetune_<task>/
+# keys that may differ between the commands that write one directory
+RERUN_FREE_KEYS = frozenset({
+    "resume", "start_over", "keep_checkpoints", "run_dir", "device", "threads", "fast_malloc", "progress_bar",
+    "overlap_env_step", "replay_on_device",  # the same results either way
+    "checkpoint_every_frames", "checkpoint_every_minutes", "checkpoint_keep",
+    "wandb", "wandb_project", "wandb_entity", "wandb_group", "save_video", "video_size",
+})
+
+_held: dict[Path, int] = {}  # run directory -> file descriptor of its lock, for the directories this process holds
+
+
+class RunDirError(ConfigError):
+    """The run directory cannot take this run; the message says why and what to do."""
+
+
+def claim_run_dir(cfg: Config) -> Path:
+    """Lock `cfg.run_dir` for this call and check the contract; returns the directory.
+
+    One claim at a time per directory, from any process or thread: a second claim is refused as busy until
+    `release_run_dir`. A refused claim holds nothing and leaves nothing of its own: a directory it created is
+    removed if still empty, and a busy directory is never touched.
+    """
+    run_dir = Path(cfg.run_dir).resolve()
+    try:
+        run_dir.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            run_dir.mkdir()
+            created = True
+        except FileExistsError:
+            created = False
+        fd = _lock(run_dir)
+    except OSError as error:
+        raise RunDirError(f"cannot write to run directory {run_dir}: {error.strerror or error}") from None
+    try:
+        _check_contract(run_dir, cfg)
+    except BaseException as error:
+        _unlock(fd)
+        if created:  # only our lock file is in it
+            with contextlib.suppress(OSError):
+                (run_dir / LOCK_FILE).unlink()
+                run_dir.rmdir()
+        if isinstance(error, OSError):
+            raise RunDirError(f"cannot write to run directory {run_dir}: {error.strerror or error}") from None
+        raise
+    _held[run_dir] = fd
+    return run_dir
+
+
+def check_run_dir(cfg: Config) -> None:
+    """Raise `RunDirError` if `claim_run_dir(cfg)` would be refused now; leaves nothing behind and locks nothing."""
+    run_dir = Path(cfg.run_dir).resolve()
+    existing = next(path for path in (run_dir, *run_dir.parents) if path.is_dir())  # where it will be created
+    try:
+        with tempfile.TemporaryFile(dir=existing):
+            pass
+    except OSError as error:
+        raise RunDirError(f"cannot write to run directory {run_dir}: {error.strerror or error}") from None
+    lock = run_dir / LOCK_FILE
+    if lock.is_file():
+        try:
+            fd = os.open(lock, os.O_RDONLY)
+        except OSError as error:
+            raise RunDirError(f"cannot write to run directory {run_dir}: {error.strerror or error}") from None
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            fcntl.flock(fd, fcntl.LOCK_UN)
+        except BlockingIOError:
+            holder = os.pread(fd, 64, 0).decode(errors="replace").strip() or "?"
+            raise RunDirError(f"run directory {run_dir} is in use by process {holder} (its lock {lock}); wait for "
+                              "it to end, or choose another hydra.run.dir") from None
+        except OSError:
+            pass  # a file system without locks: claim_run_dir warns
+        finally:
+            os.close(fd)
+    _check_contract(run_dir, cfg, delete=False)
+
+
+def release_run_dir(run_dir: Path) -> None:
+    """Release this process's lock on `run_dir` (the end of a sweep job; a process's exit also releases it)."""
+    fd = _held.pop(Path(run_dir).resolve(), None)
+    if fd is not None:
+        _unlock(fd)
+
+
+def holds_data(run_dir: Path) -> bool:
+    """Whether protorl has written run data into `run_dir`."""
+    return any(_data_paths(run_dir))
+
+
+def saved_config(run_dir: Path) -> Config:
+    """The config a run directory was made with (its config.yaml, on today's schema)."""
+    path = run_dir / CONFIG_FILE
+    try:
+        saved = OmegaConf.load(path)
+        agent_schema = OmegaConf.structured(agent_class(str(saved.agent.name)).config_class)  # the agent's own keys
+        return OmegaConf.to_object(OmegaConf.merge(OmegaConf.structured(Config), {"agent": agent_schema}, saved))
+    except Exception as error:  # unreadable, not YAML (e.g. cut short), or not this schema
+        raise RunDirError(f"{path}: cannot be read as a protorl config ({_first_line(error)})") from None
+
+
+def config_differences(saved: Config, wanted: Config) -> list[str]:
+    """`key=saved (now: wanted)` for every result-changing key whose values differ, dotted, sorted."""
+    old = _flatten(OmegaConf.to_container(OmegaConf.structured(saved)))
+    new = _flatten(OmegaConf.to_container(OmegaConf.structured(wanted)))
+    return [f"{key}={old.get(key)!r} (now {new.get(key)!r})" for key in sorted(old.keys() | new.keys())
+            if key.split(".")[-1] not in RERUN_FREE_KEYS and old.get(key) != new.get(key)]
+
+
+def _check_contract(run_dir: Path, cfg: Config, delete: bool = True) -> None:
+    """Refuse what the contract refuses; with `start_over`, delete the earlier run's data (if `delete`)."""
+    if not holds_data(run_dir):
+        return
+    has_config = (run_dir / CONFIG_FILE).is_file()
+    if cfg.start_over:
+        if not has_config:
+            raise RunDirError(f"run directory {run_dir} holds run data but no {CONFIG_FILE}: start_over deletes only "
+                              "a run it can identify; remove the files yourself or choose another hydra.run.dir")
+        if not delete:
+            return
+        for path in _run_paths(run_dir, saved_config(run_dir)):
+            if path.is_symlink() or not path.is_dir():
+                path.unlink()
+            else:
+                shutil.rmtree(path)
+        log.info("start_over=true: deleted the earlier run's data in %s", run_dir)
+        return
+    if not cfg.resume:
+        raise RunDirError(f"run directory {run_dir} already holds a run and resume=false: add start_over=true to "
+                          "delete its data and start again, or choose another hydra.run.dir")
+    if not has_config:
+        raise RunDirError(f"run directory {run_dir} holds run data but no {CONFIG_FILE} to check it against: "
+                          "choose another hydra.run.dir")
+    differences = config_differences(saved_config(run_dir), cfg)
+    if differences:
+        shown = "; ".join(differences[:6]) + (f"; and {len(differences) - 6} more" if len(differences) > 6 else "")
+        raise RunDirError(f"run directory {run_dir} holds a run with other settings: {shown}. Rerun it with its "
+                          f"own settings ({run_dir / CONFIG_FILE}), choose another hydra.run.dir, or add "
+                          "start_over=true to delete its data")
+
+
+def _run_paths(run_dir: Path, saved: Config) -> list[Path]:
+    """What the run recorded in `saved` wrote into `run_dir`: what `start_over` deletes."""
+    names = ["pretrain", "analysis", "curves.png", "wandb_id.txt", CONFIG_FILE]
+    names += [downstream_dir_name(saved, task) for task in downstream_tasks(saved)]
+    if saved.wandb:
+        names.append("wandb")
+    return [run_dir / name for name in names if (run_dir / name).exists() or (run_dir / name).is_symlink()]
+
+
+def _lock(run_dir: Path) -> int:
+    """An exclusive lock on `run_dir`'s lock file, holding this process's pid; returns its file descriptor."""
+    path = run_dir / LOCK_FILE
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        holder = os.pread(fd, 64, 0).decode(errors="replace").strip() or "?"
+        os.close(fd)
+        raise RunDirError(f"run directory {run_dir} is in use by process {holder} (its lock {path}); wait for it "
+                          "to end, or choose another hydra.run.dir") from None
+    except OSError as error:
+        if error.errno not in (errno.ENOLCK, errno.EOPNOTSUPP, errno.ENOSYS):
+            os.close(fd)
+            raise
+        log.warning("cannot lock %s (%s): this file system has no locks, so a second run in the same "
+                    "directory would not be detected", path, error.strerror)
+    try:
+        previous = os.pread(fd, 64, 0).decode(errors="replace").strip()
+        if previous and previous != str(os.getpid()):
+            log.info("run directory %s: taking over the stale lock of process %s, which has ended", run_dir, previous)
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+    except OSError:
+        os.close(fd)
+        raise
+    return fd
+
+
+def _unlock(fd: int) -> None:
+    with contextlib.suppress(OSError):
+        os.ftruncate(fd, 0)  # an empty lock file: nobody holds it
+    os.close(fd)
+
+
+def _data_paths(run_dir: Path) -> list[Path]:
+    if not run_dir.is_dir():
+        return []
+    return sorted(path for path in run_dir.iterdir()
+                  if path.name in RUN_DATA or (path.name.startswith(RUN_DATA_PREFIXES) and path.is_dir()))
+
+
+def _flatten(tree: dict, prefix: str = "") -> dict:
+    flat = {}
+    for key, value in tree.items():
+        if isinstance(value, dict):
+            flat.update(_flatten(value, f"{prefix}{key}."))
+        else:
+            flat[f"{prefix}{key}"] = value
+    return flat
+
+
+def _first_line(error: BaseException) -> str:
+    return str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__

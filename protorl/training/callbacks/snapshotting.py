@@ -1,0 +1,49 @@
+"""Pre-training snapshots on a schedule: at each of `snapshot_at_frames` and at the end of the phase."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from omegaconf import OmegaConf
+
+from protorl.agents import Agent
+from protorl.config import Config
+from protorl.envs import Env
+from protorl.storage.snapshots import save_snapshot
+from protorl.training.callbacks import Callback
+from protorl.training.result import PhaseResult
+
+
+class Snapshots(Callback):
+    """Writes the agent's representation to snapshots/snapshot_<frames>.pt (pre-training only) and lists it in
+    the result."""
+
+    def __init__(self, cfg: Config, total_frames: int, env: Env, agent: Agent, result: PhaseResult,
+                 check_finite: Callable[[], None]):
+        """`check_finite`: raises if the updates since its last call diverged; run before each snapshot."""
+        self.cfg, self.env, self.agent, self.result = cfg, env, agent, result
+        self.check_finite = check_finite
+        self.takes_snapshots = result.phase == "pretrain"
+        self.pending_frames = sorted(f for f in cfg.snapshot_at_frames if f < total_frames)
+
+    def before_step(self, frames: int) -> None:
+        if self.takes_snapshots and self.pending_frames and frames >= self.pending_frames[0]:
+            self.pending_frames.pop(0)
+            self.save(frames)
+
+    def on_phase_end(self, frames: int) -> None:
+        if self.takes_snapshots:
+            self.save(frames)
+
+    def save(self, frames: int) -> None:
+        self.check_finite()
+        path = save_snapshot(self.result.out_dir / "snapshots" / f"snapshot_{frames}.pt",
+                             self.agent.snapshot_state(), self.env.spec(),
+                             OmegaConf.to_container(OmegaConf.structured(self.cfg)), frames)
+        self.result.snapshots.append(path)
+
+    def state_dict(self) -> dict:
+        return {"pending_snapshot_frames": list(self.pending_frames)}
+
+    def load_state_dict(self, checkpoint: dict) -> None:
+        self.pending_frames = list(checkpoint["pending_snapshot_frames"])
