@@ -9,7 +9,6 @@ discount stays 1 there, so learning bootstraps through it.
 from __future__ import annotations
 
 import os
-from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
 from functools import cache
@@ -17,6 +16,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from protorl.envs.frame_stack import FrameStack
 from protorl.envs.names import GYMNASIUM_PREFIX
 from protorl.envs.time_step import TimeStep
 
@@ -80,7 +80,7 @@ def split_task(name: str) -> tuple[str, str]:
     return (name, name) if name.startswith(GYMNASIUM_PREFIX) else _task_table()[name]
 
 
-class DMCEnv:
+class DMCEnv(FrameStack):
     """A suite task with action repeat and (for pixels) a stack of the last `frame_stack` frames."""
 
     def __init__(self, task: str, obs: str = "pixels", image_size: int = 84, frame_stack: int = 3,
@@ -105,7 +105,7 @@ class DMCEnv:
         spec = self._env.action_spec()
         self._action_low, self._action_high = spec.minimum, spec.maximum
         self.action_shape: tuple[int, ...] = tuple(spec.shape)
-        self._frames: deque[np.ndarray] = deque(maxlen=self.frame_stack)
+        self._start_stack()
 
     # -- specs ------------------------------------------------------------------------------------
     @property
@@ -113,15 +113,6 @@ class DMCEnv:
         if self.obs_type == "pixels":
             return (3, self.image_size, self.image_size)
         return (sum(int(np.prod(v.shape)) for v in self._env.observation_spec().values()),)
-
-    @property
-    def frame_dtype(self) -> np.dtype:
-        return np.dtype(np.uint8) if self.obs_type == "pixels" else np.dtype(np.float32)
-
-    @property
-    def obs_shape(self) -> tuple[int, ...]:
-        first, *rest = self.frame_shape
-        return (first * self.frame_stack, *rest)
 
     @property
     def num_cameras(self) -> int:
@@ -146,9 +137,7 @@ class DMCEnv:
     def reset(self) -> TimeStep:
         dm_step = self._env.reset()
         frame = self._frame(dm_step.observation)
-        for _ in range(self.frame_stack):
-            self._frames.append(frame)  # an episode's first stack repeats its first frame
-        return TimeStep(frame, self._stacked(), 0.0, 1.0, first=True, last=False,
+        return TimeStep(frame, self._first_stack(frame), 0.0, 1.0, first=True, last=False,
                         physical_state=self.physics.get_state())
 
     def step(self, action: np.ndarray) -> TimeStep:
@@ -166,8 +155,7 @@ class DMCEnv:
             if dm_step.last():
                 break
         frame = self._frame(dm_step.observation)
-        self._frames.append(frame)
-        return TimeStep(frame, self._stacked(), reward, discount, first=False, last=dm_step.last(),
+        return TimeStep(frame, self._push(frame), reward, discount, first=False, last=dm_step.last(),
                         physical_state=self.physics.get_state())
 
     def seed(self, seed: int) -> None:
@@ -211,10 +199,6 @@ class DMCEnv:
             return np.ascontiguousarray(image.transpose(2, 0, 1))  # (3, H, W) uint8
         return np.concatenate([np.asarray(v, dtype=np.float32).ravel() for v in observation.values()])
 
-    def _stacked(self) -> np.ndarray:
-        if self.frame_stack == 1:
-            return self._frames[-1]
-        return np.concatenate(list(self._frames), axis=0)
 
 
 def make_env(task: str, cfg, seed: int) -> Env:

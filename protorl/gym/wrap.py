@@ -10,10 +10,10 @@ need one (coverage, maps) find none, and the reward-variance analysis still runs
 from __future__ import annotations
 
 import weakref
-from collections import deque
 
 import numpy as np
 
+from protorl.envs.frame_stack import FrameStack
 from protorl.envs.names import gymnasium_id
 from protorl.envs.time_step import TimeStep
 
@@ -36,7 +36,7 @@ def check_gymnasium_task(task: str) -> None:
                          "listed by gymnasium.pprint_registry()")
 
 
-class GymnasiumEnv:
+class GymnasiumEnv(FrameStack):
     """`protorl.envs.DMCEnv`'s interface over a Gymnasium environment."""
 
     def __init__(self, task: str, obs: str = "pixels", image_size: int = 84, frame_stack: int = 3,
@@ -60,7 +60,7 @@ class GymnasiumEnv:
         self._action_low, self._action_high = space.low.astype(np.float64), space.high.astype(np.float64)
         self.action_shape: tuple[int, ...] = tuple(space.shape)
         self._seed: int | None = seed  # the first reset's; later resets continue the environment's generator
-        self._frames: deque[np.ndarray] = deque(maxlen=self.frame_stack)
+        self._start_stack()
 
     # -- specs ------------------------------------------------------------------------------------
     @property
@@ -68,15 +68,6 @@ class GymnasiumEnv:
         if self.obs_type == "pixels":
             return (3, self.image_size, self.image_size)
         return (int(np.prod(self._env.observation_space.shape)),)
-
-    @property
-    def frame_dtype(self) -> np.dtype:
-        return np.dtype(np.uint8) if self.obs_type == "pixels" else np.dtype(np.float32)
-
-    @property
-    def obs_shape(self) -> tuple[int, ...]:
-        first, *rest = self.frame_shape
-        return (first * self.frame_stack, *rest)
 
     @property
     def physical_state_shape(self) -> tuple[int, ...]:
@@ -92,9 +83,8 @@ class GymnasiumEnv:
         observation, _ = self._env.reset(seed=self._seed)
         self._seed = None
         frame = self._frame(observation)
-        for _ in range(self.frame_stack):
-            self._frames.append(frame)
-        return TimeStep(frame, self._stacked(), 0.0, 1.0, first=True, last=False, physical_state=NO_PHYSICAL_STATE)
+        return TimeStep(frame, self._first_stack(frame), 0.0, 1.0, first=True, last=False,
+                        physical_state=NO_PHYSICAL_STATE)
 
     def step(self, action: np.ndarray) -> TimeStep:
         """Apply `action` in [-1, 1]^|A| `action_repeat` times (fewer if the episode ends)."""
@@ -109,8 +99,7 @@ class GymnasiumEnv:
             if terminated or truncated:
                 break
         frame = self._frame(observation)
-        self._frames.append(frame)
-        return TimeStep(frame, self._stacked(), reward, 0.0 if terminated else 1.0, first=False,
+        return TimeStep(frame, self._push(frame), reward, 0.0 if terminated else 1.0, first=False,
                         last=terminated or truncated, physical_state=NO_PHYSICAL_STATE)
 
     def seed(self, seed: int) -> None:
@@ -138,10 +127,6 @@ class GymnasiumEnv:
             return np.ascontiguousarray(_resized(self._env.render(), self.image_size).transpose(2, 0, 1))
         return np.asarray(observation, dtype=np.float32).ravel()
 
-    def _stacked(self) -> np.ndarray:
-        if self.frame_stack == 1:
-            return self._frames[-1]
-        return np.concatenate(list(self._frames), axis=0)
 
 
 def _resized(image: np.ndarray, size: int) -> np.ndarray:
