@@ -1,7 +1,8 @@
 """protorl: Proto-RL (Yarats, Fergus, Lazaric, Pinto, ICML 2021) in PyTorch.
 
 From Python: `protorl.pretrain`, `protorl.finetune`, `protorl.train` (`protorl.commands`) run what the commands
-run; `protorl.load_pretrained` (`protorl.pretrained`) reads a snapshot into a frozen encoder and actor.
+run; `protorl.load_pretrained` (`protorl.pretrained`) reads a snapshot into a frozen encoder and actor, and
+`protorl.probe_snapshot` (`protorl.probe`) measures what its encoder knows of the physical state.
 """
 
 import importlib
@@ -10,7 +11,8 @@ from importlib.metadata import version
 __version__ = version("protorl")  # one place: pyproject.toml, as installed
 
 _API = {"pretrain": "protorl.commands", "finetune": "protorl.commands", "train": "protorl.commands",
-        "load_pretrained": "protorl.pretrained"}  # imported on first use: `import protorl` stays light
+        "load_pretrained": "protorl.pretrained",
+        "probe_snapshot": "protorl.probe"}  # imported on first use: `import protorl` stays light
 
 
 def __getattr__(name: str):

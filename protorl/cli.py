@@ -231,6 +231,37 @@ def analyze(argv: list[str] | None = None) -> None:
         _exit_with(_one_line(error))
 
 
+def probe(argv: list[str] | None = None) -> None:
+    """protorl-probe SNAPSHOT: what a frozen encoder knows, as the R^2 of a linear probe from its features to the
+    physical state, beside a randomly initialised encoder's and the observation's own."""
+    import csv
+
+    from protorl.errors import ProtorlError
+    from protorl.probe import probe_snapshot
+
+    parser = _ArgumentParser(prog="protorl-probe", description=probe.__doc__)
+    parser.add_argument("snapshot", type=Path, help="a pre-training snapshot (snapshot_<frames>.pt)")
+    parser.add_argument("--samples", type=int, default=4000, help="frames of the uniform-random policy (agent steps)")
+    parser.add_argument("--seed", type=int, default=0, help="seed of the environment and the random policy")
+    parser.add_argument("--init-seeds", type=int, nargs="*", default=[1, 2, 3],
+                        help="seeds of the randomly initialised encoders shown for reference")
+    parser.add_argument("--csv", type=Path, help="also write the table to this CSV file")
+    args = parser.parse_args(argv)
+    if args.samples < 20:
+        _exit_with(f"--samples={args.samples}: at least 20 frames (a quarter of them are held out)")
+    try:
+        result = probe_snapshot(args.snapshot, args.samples, args.seed, args.init_seeds)
+    except (ProtorlError, OSError) as error:
+        _exit_with(_one_line(error))
+    print(result.table(), flush=True)
+    if args.csv is not None:
+        rows = result.csv_rows()
+        with open(args.csv, "w", newline="") as file:
+            writer = csv.DictWriter(file, fieldnames=list(rows[0]))
+            writer.writeheader()
+            writer.writerows(rows)
+
+
 def aggregate(argv: list[str] | None = None) -> None:
     """protorl-aggregate PATH [PATH ...]: learning curves, final-score tables and rliable statistics (IQM,
     mean, median, optimality gap, performance profiles) over the downstream phases of runs and sweeps."""
