@@ -151,13 +151,15 @@ class Config:
     threads: int | None = None  # torch intra-op threads; None leaves torch's default (one per core)
     fast_malloc: bool = True  # keep large tensors off glibc's mmap path (see protorl.runtime.tune_malloc)
     cudnn_benchmark: bool = True  # CUDA: cuDNN picks its fastest convolutions for the run's fixed shapes
-    # Pre-training analyses (protorl/analysis/): state coverage, maze maps, k-NN reward variance
+    # Pre-training analyses (protorl/exploration/): state coverage, maze maps, k-NN reward variance, state probe
     analysis_every_frames: int | None = 50_000  # also once at the end of pre-training; None: no analyses
     coverage_bins: int = 20  # bins per coverage coordinate (e.g. 20 x 20 cells of the maze's x, y)
     random_reference: bool = True  # also report the coverage of a uniform-random policy over the same frames
     variance_probes: int = 128  # probe states whose reward variance is measured, drawn once from the replay
     variance_repeats: int = 10  # candidate sets drawn per scheme (proto, uniform) and analysis
     map_samples: int = 2048  # replay observations encoded to place each prototype on the maze map
+    # the analyses also probe the encoder (docs/probe.md) on this many uniform-random frames; None: not
+    probe_samples: int | None = None
     run_dir: str = MISSING  # set by the YAML files to Hydra's output directory
     agent: AgentConfig = field(default_factory=AgentConfig)  # the chosen agent's subclass (`agent=NAME`)
 

@@ -86,6 +86,8 @@ def _check_schedules(cfg: Config) -> None:
         fail("analysis_every_frames", cfg.analysis_every_frames, "a positive frame count or null")
     if cfg.coverage_bins < 2:
         fail("coverage_bins", cfg.coverage_bins, "an integer >= 2")
+    if cfg.probe_samples is not None and cfg.probe_samples < 20:
+        fail("probe_samples", cfg.probe_samples, "null or at least 20 frames (a quarter of them are held out)")
     if cfg.variance_repeats < 2:
         fail("variance_repeats", cfg.variance_repeats, "an integer >= 2 (a spread needs two draws)")
     for key in ("variance_probes", "map_samples"):

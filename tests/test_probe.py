@@ -12,7 +12,7 @@ import pytest
 import protorl
 from protorl.probe import collect_frames, ridge_r2
 from tests.agents import tiny
-from tests.runs import TIMEOUT_S, assert_user_error, environment
+from tests.runs import TIMEOUT_S, assert_user_error, environment, read_csv, read_rows
 
 
 @pytest.mark.parametrize("num_features", [20, 600])  # fewer features than frames (primal), more (dual)
@@ -81,3 +81,20 @@ def test_the_command_prints_the_table_and_refuses_a_bad_snapshot(snapshot, tmp_p
     assert "random encoder (init seed 1)" in result.stdout
     assert (tmp_path / "probe.csv").read_text().startswith("features,r2_mean,r2/position root_x")
     assert_user_error(probe(str(tmp_path / "missing.pt")), "missing.pt")
+
+
+@pytest.mark.slow
+def test_the_probe_over_pretraining_is_a_curve_that_leaves_training_alone(tmp_path):
+    """`probe_samples` adds the probe's mean R^2 to every analysis; the run's own rows are those of the same run
+    without it."""
+    settings = dict(env="point_mass_maze_explore", pretrain_frames=2000, analysis_every_frames=1000)
+    protorl.pretrain(tiny(tmp_path / "probed", probe_samples=200, **settings))
+    protorl.pretrain(tiny(tmp_path / "plain", **settings))
+    header, rows = read_csv(tmp_path / "probed" / "pretrain" / "analysis.csv")
+    assert [row["frames"] for row in rows] == ["1000", "2000"]
+    for row in rows:
+        assert -1 < float(row["probe/encoder_r2"]) <= 1 and -1 < float(row["probe/projection_r2"]) <= 1
+    _, plain = read_csv(tmp_path / "plain" / "pretrain" / "analysis.csv")
+    assert all(row["probe/encoder_r2"] == "" for row in plain)
+    assert read_rows(tmp_path / "probed" / "pretrain" / "train.csv") == read_rows(
+        tmp_path / "plain" / "pretrain" / "train.csv")

@@ -94,6 +94,19 @@ def plot_variance(rows: Rows, path: Path) -> Path:
     return path
 
 
+def _probe_lines(rows: Rows) -> list[str]:
+    """The state probe over pre-training (`probe_samples`), if it ran: its mean R^2 at each analysis."""
+    probed = [row for row in rows if "probe/encoder_r2" in row]
+    if not probed:
+        return []
+    lines = ["  state probe (mean R^2 of a linear read-out of the physical state, docs/probe.md):"]
+    for key, what in (("probe/encoder_r2", "encoder"), ("probe/projection_r2", "projection")):
+        if any(key in row for row in probed):
+            values = ", ".join(f"{row[key]:.3f}" for row in probed if key in row)
+            lines.append(f"    {what:<10} at {', '.join(str(int(row['frames'])) for row in probed)} frames: {values}")
+    return lines
+
+
 def _summary(run_dir: Path, phase: Path, config: DictConfig | None, rows: Rows, written: list[Path],
              train_rows: Rows, num_prototypes: int | None, missing: Sequence[str],
              finetune_lines: Sequence[str] = ()) -> str:
@@ -114,7 +127,7 @@ def _summary(run_dir: Path, phase: Path, config: DictConfig | None, rows: Rows, 
         lines.append(f"  {phase / 'analysis.csv'} lacks {', '.join(missing)} (an older run?): "
                      "the figures that need them are left out")
     lines += _coverage_lines(rows, missing) + _representation_lines(train_rows, num_prototypes)
-    lines += _variance_lines(rows, missing)
+    lines += _variance_lines(rows, missing) + _probe_lines(rows)
     if finetune_lines:
         lines += ["  fine-tuning:", *finetune_lines]
     lines.append("  files: " + ", ".join(str(p) for p in written))

@@ -46,6 +46,7 @@ from protorl.exploration.maps import (
 from protorl.exploration.random_reference import RandomPolicyCoverage
 from protorl.exploration.reward_variance import embed, reward_variance
 from protorl.logs.logger import CSVFile, Logger
+from protorl.probe import ProbeFrames, collect_frames, ridge_r2
 from protorl.replay import ReplayBuffer
 from protorl.training.callbacks import Callback, Every
 
@@ -53,7 +54,8 @@ COLUMNS = [
     "frames", "coverage/entropy", "coverage/visited_fraction", "coverage/replay_entropy",
     "coverage/random_entropy", "coverage/random_visited_fraction",
     "variance/proto_mean", "variance/proto_std", "variance/proto_cv",
-    "variance/uniform_mean", "variance/uniform_std", "variance/uniform_cv", "analysis/time_s",
+    "variance/uniform_mean", "variance/uniform_std", "variance/uniform_cv",
+    "probe/encoder_r2", "probe/projection_r2", "analysis/time_s",
 ]
 # why a checkpoint is refused when it was written with analyses on or off and this run has them the other way
 OTHER_SETTINGS = ("checkpoint was written with analyses {}: resume with the run's own analysis_every_frames, or "
@@ -67,6 +69,7 @@ class AnalysisMonitor(Callback):
         self.cfg, self.agent, self.replay, self.logger = cfg, agent, replay, logger
         self.schedule = Every(cfg.analysis_every_frames)
         self.last_frames = -1  # frames of the latest analysis
+        self.env = env  # the training environment: its task and physics, read only
         self.spec = coverage_spec(env.domain, env.physics, cfg.coverage_bins) if isinstance(env, Simulated) else None
         self.counts = None if self.spec is None else np.zeros(self.spec.shape, dtype=np.int64)
         self._pending: list[np.ndarray] = []  # this episode's physical states, binned at its end
@@ -77,6 +80,7 @@ class AnalysisMonitor(Callback):
         self.random_policy = None  # the coverage of a uniform-random policy over the same frames
         if self.spec is not None and cfg.random_reference:
             self.random_policy = RandomPolicyCoverage(env.task, env.action_repeat, self.spec, cfg.seed)
+        self.probe_frames: ProbeFrames | None = None  # the state probe's frames, collected at the first analysis
         self.probe_env = None  # renders the reward map's observations, apart from the training environment
         if draws_maps and isinstance(agent, Prototypes):
             self.probe_env = make_env(env.task, cfg, seed=cfg.seed)
@@ -123,12 +127,31 @@ class AnalysisMonitor(Callback):
             generator = torch.Generator(device=self.agent.device).manual_seed(int(rng.integers(2**62)))
             row.update(reward_variance(self.agent, self.replay, self.probes, self.cfg.variance_repeats, rng,
                                        generator))
+        if self.cfg.probe_samples is not None and isinstance(self.env, Simulated):
+            row.update(self._probe())
         if self.walls is not None:
             self._write_map(frames, rng)
         row["analysis/time_s"] = time.time() - started
         self.csv.write(row)
         self.logger.log_scalars(row)
         self.last_frames = frames
+        return row
+
+    @torch.no_grad()
+    def _probe(self) -> dict[str, float]:
+        """The state probe's mean R^2 of the online encoder (and the projections) on fixed uniform-random frames."""
+        if self.probe_frames is None:
+            env, cfg = self.env, self.cfg
+            self.probe_frames = collect_frames(env.task, cfg.probe_samples, cfg.seed, obs=cfg.obs,
+                                               image_size=cfg.image_size, frame_stack=cfg.frame_stack,
+                                               action_repeat=cfg.action_repeat, camera_id=cfg.camera_id)
+        obs, states = self.probe_frames.obs, self.probe_frames.states
+        chunks = [torch.as_tensor(obs[i:i + 256], device=self.agent.device) for i in range(0, len(obs), 256)]
+        row = {"probe/encoder_r2": float(np.nanmean(ridge_r2(
+            torch.cat([self.agent.encoder(chunk).float().cpu() for chunk in chunks]).numpy(), states)))}
+        if isinstance(self.agent, Prototypes):
+            projections = F.normalize(self.agent.embed(torch.as_tensor(obs, device=self.agent.device)), dim=1)
+            row["probe/projection_r2"] = float(np.nanmean(ridge_r2(projections.float().cpu().numpy(), states)))
         return row
 
     def _write_map(self, frames: int, rng: np.random.Generator) -> None:
