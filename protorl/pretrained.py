@@ -16,8 +16,8 @@ import torch
 
 from protorl.agents import Agent, agent_class
 from protorl.agents.capabilities import Prototypes
-from protorl.errors import SnapshotError
-from protorl.runtime import resolve_device
+from protorl.errors import ConfigError, SnapshotError
+from protorl.runtime import check_device
 from protorl.storage.snapshots import load_snapshot
 
 
@@ -60,6 +60,11 @@ class Pretrained:
 
     def _batch(self, obs: np.ndarray | torch.Tensor) -> torch.Tensor:
         obs = torch.as_tensor(obs, device=self.device)
+        pixels = self.env_spec["obs_type"] == "pixels"
+        if pixels and obs.dtype != torch.uint8 or not pixels and not obs.dtype.is_floating_point:
+            expected = "uint8 pixels in [0, 255], as the environment renders them" if pixels else "float states"
+            raise ConfigError(f"observations of dtype {str(obs.dtype).removeprefix('torch.')}: this snapshot "
+                              f"expects {expected}")
         if obs.ndim == len(self.obs_shape):
             obs = obs.unsqueeze(0)
         if tuple(obs.shape[1:]) != self.obs_shape:
@@ -71,6 +76,10 @@ class Pretrained:
 def load_pretrained(path: str | Path, device: str | torch.device = "auto") -> Pretrained:
     """Read a pre-training snapshot (`SnapshotError` if it is not one) into a frozen `Pretrained` on `device`
     ("auto": CUDA when available)."""
+    if not isinstance(path, (str, Path)):
+        raise SnapshotError(f"load_pretrained({path!r}): expected the path of a snapshot file")
+    if isinstance(device, str):
+        device = check_device(device)
     payload = load_snapshot(path)
     saved = dict(payload["config"]["agent"])
     cls = agent_class(saved.get("name", ""))
@@ -80,7 +89,6 @@ def load_pretrained(path: str | Path, device: str | torch.device = "auto") -> Pr
         raise SnapshotError(f"snapshot {path}: its agent config has keys {', '.join(unknown)} that agent "
                             f"{cls.name!r} does not know")
     spec = payload["env_spec"]
-    device = resolve_device(device) if isinstance(device, str) else device
     agent = cls(spec["obs_type"], tuple(spec["obs_shape"]), tuple(spec["action_shape"]), cls.config_class(**saved),
                 device, "frozen")
     agent.load_pretrained(payload["agent"])

@@ -10,6 +10,7 @@ import numpy as np
 import torch
 
 from protorl.config import Config
+from protorl.errors import ConfigError
 
 
 def resolve_device(name: str) -> torch.device:
@@ -17,6 +18,21 @@ def resolve_device(name: str) -> torch.device:
     if name == "auto":
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
     return torch.device(name)
+
+
+def check_device(name: str) -> torch.device:
+    """`resolve_device(name)`, or `ConfigError` for a device this machine does not have."""
+    try:
+        device = resolve_device(name)
+    except RuntimeError as error:
+        raise ConfigError(f"invalid device {name!r}: expected 'auto', 'cpu' or 'cuda[:N]' ({error})") from None
+    if device.type == "cuda":
+        count = torch.cuda.device_count() if torch.cuda.is_available() else 0
+        if count == 0 or (device.index or 0) >= count:
+            raise ConfigError(f"invalid device {name!r}: this machine has {count} CUDA device(s)")
+    elif device.type != "cpu":
+        raise ConfigError(f"invalid device {name!r}: expected 'auto', 'cpu' or 'cuda[:N]'")
+    return device
 
 
 def set_seed(seed: int) -> None:

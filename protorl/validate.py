@@ -109,6 +109,10 @@ def _check_process(cfg: Config) -> None:
     if cfg.device.startswith("cuda"):
         if not torch.cuda.is_available():
             fail("device", cfg.device, "'auto' or 'cpu': CUDA is not available on this machine")
+        index = cfg.device.partition(":")[2]
+        if index and (not index.isdigit() or int(index) >= torch.cuda.device_count()):
+            fail("device", cfg.device, f"'cuda:N' with N below {torch.cuda.device_count()}, the CUDA devices of "
+                 "this machine")
 
 
 def _check_observations(cfg: Config) -> None:

@@ -75,7 +75,15 @@ def test_cuda_device_without_cuda(device, monkeypatch):
     assert str(info.value) == (f"invalid config value device={device!r}: expected 'auto' or 'cpu': "
                                "CUDA is not available on this machine")
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
     validate(make_config(device=device), "pretrain")
+
+
+def test_a_cuda_index_the_machine_does_not_have_is_refused(monkeypatch):
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
+    with pytest.raises(ConfigError, match="'cuda:N' with N below 1"):
+        validate(make_config(device="cuda:3"), "pretrain")
 
 
 def test_config_error_is_a_value_error():

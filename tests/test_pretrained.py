@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import re
 
 import numpy as np
 import pytest
 import torch
 
 import protorl
-from protorl.errors import SnapshotError
+from protorl.errors import ConfigError, ProtorlError, SnapshotError
 from protorl.storage.snapshots import save_snapshot
 from tests.agents import PIXEL_OBS_SHAPE, POINT_MASS_ACTION_SHAPE, tiny_agent, update
 
@@ -61,3 +62,28 @@ def test_wrong_shapes_and_files_are_refused(tmp_path, replay):
         protorl.load_pretrained(not_a_snapshot)
     with pytest.raises(SnapshotError, match="no such file"):
         protorl.load_pretrained(tmp_path / "missing.pt")
+
+
+@pytest.fixture
+def pixel_snapshot(tmp_path):
+    return snapshot_of(tiny_agent("proto", "pretrain", seed=0), tmp_path / "snapshot.pt")
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.bool_, np.int64])
+def test_encode_refuses_pixels_that_are_not_uint8(pixel_snapshot, dtype):
+    """Float frames in [0, 1], bools or ints would be encoded as something else than what the encoder saw: refused."""
+    pretrained = protorl.load_pretrained(pixel_snapshot, device="cpu")
+    frames = np.zeros((2, *pretrained.obs_shape), dtype=np.uint8)
+    with pytest.raises(ConfigError, match="uint8 pixels"):
+        pretrained.encode(frames.astype(dtype))
+
+
+@pytest.mark.parametrize("path, device, fragment", [
+    (None, "cpu", "expected the path of a snapshot file"),
+    ("PATH", "cuda:7", "invalid device 'cuda:7'"),
+    ("PATH", "tpu", "invalid device 'tpu'"),
+])
+def test_load_pretrained_refuses_what_it_cannot_use_in_one_line(pixel_snapshot, path, device, fragment):
+    with pytest.raises(ProtorlError, match=re.escape(fragment)) as error:
+        protorl.load_pretrained(pixel_snapshot if path == "PATH" else path, device=device)
+    assert "\n" not in str(error.value)
