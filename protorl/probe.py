@@ -74,27 +74,34 @@ def ridge_r2(features: np.ndarray, targets: np.ndarray, test_fraction: float = 0
     split = int(len(x) * (1 - test_fraction))
     fit_x, fit_y, test_x, test_y = x[:split], y[:split], x[split:], y[split:]
     inner = int(len(fit_x) * (1 - VALIDATION_FRACTION))
-    strength = min(RIDGE_STRENGTHS, key=lambda s: _squared_error(_ridge(fit_x[:inner], fit_y[:inner], s),
-                                                                  fit_x[inner:], fit_y[inner:]).sum())
-    error = _squared_error(_ridge(fit_x, fit_y, strength), test_x, test_y)  # (S,)
+    validation = [_squared_error(predict, fit_x[inner:], fit_y[inner:]).sum()
+                  for predict in _ridge_fits(fit_x[:inner], fit_y[:inner], RIDGE_STRENGTHS)]
+    strength = RIDGE_STRENGTHS[int(torch.stack(validation).argmin())]
+    (predict,) = _ridge_fits(fit_x, fit_y, (strength,))
+    error = _squared_error(predict, test_x, test_y)  # (S,)
     total = ((test_y - test_y.mean(dim=0)) ** 2).sum(dim=0)  # (S,)
     r2 = 1 - error / total
     return torch.where(total > 0, r2, torch.nan).numpy()
 
 
-def _ridge(x: torch.Tensor, y: torch.Tensor, strength: float) -> Callable[[torch.Tensor], torch.Tensor]:
-    """A ridge regression fit on features x (N, F), standardised with their own statistics, to targets y (N, S):
-    its prediction function (M, F) -> (M, S)."""
+def _ridge_fits(x: torch.Tensor, y: torch.Tensor, strengths: Sequence[float]
+                ) -> list[Callable[[torch.Tensor], torch.Tensor]]:
+    """Ridge regressions from features x (N, F), standardised with their own statistics, to targets y (N, S), one
+    per strength (penalty strength * N): their prediction functions (M, F) -> (M, S). One eigendecomposition, of
+    X'X (F, F) or of XX' (N, N) whichever is smaller, serves them all."""
     mean, std = x.mean(dim=0), x.std(dim=0)
     std = torch.where(std > 0, std, torch.ones_like(std))
     xs, y_mean = (x - mean) / std, y.mean(dim=0)
-    n, f = xs.shape
-    penalty = strength * n
-    if f <= n:  # primal: (X'X + lambda I) W = X'Y
-        weights = torch.linalg.solve(xs.T @ xs + penalty * torch.eye(f, dtype=xs.dtype), xs.T @ (y - y_mean))
-    else:  # dual, for more features than rows: W = X'(XX' + lambda I)^-1 Y
-        weights = xs.T @ torch.linalg.solve(xs @ xs.T + penalty * torch.eye(n, dtype=xs.dtype), y - y_mean)
-    return lambda new: ((new - mean) / std) @ weights + y_mean
+    centred = y - y_mean
+    primal = xs.shape[1] <= xs.shape[0]
+    eigenvalues, eigenvectors = torch.linalg.eigh(xs.T @ xs if primal else xs @ xs.T)
+    rotated = eigenvectors.T @ (xs.T @ centred if primal else centred)  # (F or N, S)
+    fits = []
+    for strength in strengths:
+        solved = eigenvectors @ (rotated / (eigenvalues.clamp(min=0) + strength * len(x))[:, None])
+        weights = solved if primal else xs.T @ solved  # (F, S)
+        fits.append(lambda new, w=weights: ((new - mean) / std) @ w + y_mean)
+    return fits
 
 
 def _squared_error(predict: Callable[[torch.Tensor], torch.Tensor], x: torch.Tensor, y: torch.Tensor
