@@ -10,6 +10,7 @@ gymnasium = pytest.importorskip("gymnasium")
 
 from gymnasium.utils.env_checker import check_env  # noqa: E402
 
+import protorl  # noqa: E402
 import protorl.gym  # noqa: E402,F401 -- registers protorl/<task>-v0
 from protorl.envs import DMCEnv, list_tasks  # noqa: E402
 
@@ -113,3 +114,29 @@ def test_a_camera_on_a_gymnasium_environment_is_refused_in_plain_words():
     with pytest.raises(ConfigError, match="has no cameras to choose from") as info:
         validate(config, "pretrain")
     assert "-1" not in str(info.value)
+
+
+class InfiniteAfterAWhile(gymnasium.Env):
+    """A Gymnasium environment whose observation becomes infinite on its 40th step."""
+
+    observation_space = gymnasium.spaces.Box(-np.inf, np.inf, (3,), np.float32)
+    action_space = gymnasium.spaces.Box(-1.0, 1.0, (1,), np.float32)
+
+    def reset(self, seed=None, options=None):
+        super().reset(seed=seed)
+        self.steps = 0
+        return np.zeros(3, np.float32), {}
+
+    def step(self, action):
+        self.steps += 1
+        obs = np.full(3, np.inf if self.steps == 40 else 0.0, np.float32)
+        return obs, 0.0, False, self.steps >= 100, {}
+
+
+def test_an_infinite_observation_stops_the_run_as_diverged(tmp_path):
+    from protorl.errors import TrainingDiverged
+    from tests.agents import tiny
+
+    gymnasium.register("InfiniteAfterAWhile-v0", entry_point=InfiniteAfterAWhile)
+    with pytest.raises(TrainingDiverged, match="non-finite observation"):
+        protorl.pretrain(tiny(tmp_path / "run", env="gym:InfiniteAfterAWhile-v0", action_repeat=1))

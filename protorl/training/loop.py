@@ -108,7 +108,7 @@ class Trainer:
                 stepping = self.env_thread.step(action)  # the update never reads this transition: may overlap
                 if not seeding and len(self.replay) > 0 and self.agent_steps % self.cfg.update_every_steps == 0:
                     self._update()
-                time_step = stepping.result()
+                time_step = self._observed(stepping.result())
                 self.replay.add(time_step.frame, action, time_step.reward, time_step.discount,
                                 self._kept_state(time_step))
                 self.agent_steps += 1
@@ -141,6 +141,13 @@ class Trainer:
                                    f"({action}); {self._last_checkpoint()}")
         return action
 
+    def _observed(self, time_step: TimeStep) -> TimeStep:
+        """`time_step`, or `TrainingDiverged` if the environment returned a non-finite observation (states)."""
+        if time_step.frame.dtype.kind == "f" and not np.isfinite(time_step.frame).all():
+            raise TrainingDiverged(f"{self.phase} stopped at frame {self.frames}: the environment returned a "
+                                   f"non-finite observation ({time_step.frame}); {self._last_checkpoint()}")
+        return time_step
+
     def _update(self) -> None:
         """One agent update; its metrics stay on the device until the logger reads them (`check_finite`)."""
         metrics = self.agent.update(self.replay.sample(self.cfg.agent.batch_size, self.device), self.updates)
@@ -148,7 +155,7 @@ class Trainer:
         self.updates += 1
 
     def _begin_episode(self) -> TimeStep:
-        time_step = self.env_thread.reset()
+        time_step = self._observed(self.env_thread.reset())
         self.replay.add_first(time_step.frame, self._kept_state(time_step))
         self._notify("on_time_step", time_step)
         return time_step
