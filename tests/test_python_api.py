@@ -3,17 +3,25 @@
 from __future__ import annotations
 
 import dataclasses
+import gc
 import threading
 import time
+import weakref
 
+import numpy as np
 import pytest
+import torch
 from omegaconf import OmegaConf
 
 import protorl
 from protorl.agents.proto.agent import ProtoConfig
 from protorl.config import Config, ConfigError
+from protorl.envs import DMCEnv
 from protorl.errors import SnapshotError
+from protorl.runtime import prepare_process
 from protorl.storage.rundir import RunDirError
+from protorl.training import Trainer
+from protorl.training.rng_state import capture_rngs, restore_rngs
 from tests.agents import tiny, tiny_config
 from tests.runs import read_csv
 
@@ -65,3 +73,38 @@ def test_two_threads_cannot_hold_one_run_directory(tmp_path):
     first.join()
     frames = [row["frames"] for row in read_csv(run_dir / "pretrain" / "train.csv")[1]]
     assert results and len(frames) == len(set(frames)) == 20
+
+
+@pytest.mark.slow
+def test_a_finished_trainer_is_freed_without_the_garbage_collector(tmp_path):
+    """A phase's Trainer (its replay, agent and optimisers) goes when the phase is done, not at the garbage
+    collector's next pass: on a GPU the next phase needs that memory."""
+    config = tiny(tmp_path / "run")
+    prepare_process(config)
+    Trainer(config, "pretrain", "point_mass_easy", tmp_path / "first", None).run()  # torch's one-time set-up
+    gc.collect()
+    gc.disable()
+    try:
+        trainer = Trainer(config, "pretrain", "point_mass_easy", tmp_path / "second", None)
+        alive = weakref.ref(trainer)
+        trainer.run()
+        del trainer
+        assert alive() is None
+    finally:
+        gc.enable()
+
+
+def test_the_random_state_holds_each_cuda_generator_where_there_is_cuda(monkeypatch):
+    """By construction: where CUDA is available, a checkpoint's random state holds every device's generator and a
+    resume sets them back."""
+    states = [torch.tensor([1, 2], dtype=torch.uint8), torch.tensor([3, 4], dtype=torch.uint8)]
+    restored = []
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 2)
+    monkeypatch.setattr(torch.cuda, "get_rng_state_all", lambda: states)
+    monkeypatch.setattr(torch.cuda, "set_rng_state_all", restored.extend)
+    env = DMCEnv("point_mass_easy", obs="states")
+    state = capture_rngs(np.random.default_rng(0), env, env)
+    assert state["cuda"] is states
+    restore_rngs(state, np.random.default_rng(0), env, env)
+    assert restored == states

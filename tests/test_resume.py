@@ -89,7 +89,8 @@ def test_checkpoint_holds_everything_to_resume(uninterrupted):
     assert set(state["agent"]["optimizers"]) == {"repr"}
     assert set(state["agent"]["sac"]) >= {"actor_optimizer", "critic_optimizer", "alpha_optimizer", "log_alpha"}
     assert state["replay"]["num_written"] == 4000 // 8 + 4  # one first frame per episode (not the 5th's yet)
-    assert set(state["rng"]) == {"trainer", "torch", "numpy", "python", "env", "eval_env"}
+    assert set(state["rng"]) == {"trainer", "torch", "cuda", "numpy", "python", "env", "eval_env"}
+    assert state["rng"]["cuda"] == []  # no CUDA here; where there is, each device's generator
 
 
 def test_corrupt_checkpoint_is_refused_clearly(uninterrupted, tmp_path):

@@ -122,6 +122,7 @@ class Trainer:
             self._notify("on_phase_end", self.frames)
         finally:
             self.env_thread.close()
+            self.callbacks = []  # they hold this Trainer's methods: without the cycle it is freed when dropped
         self.logger.close()
         self.result.frames = self.frames
         self.result.wall_time_s = self.elapsed()

@@ -11,8 +11,10 @@ from protorl.envs import Env
 
 
 def capture_rngs(trainer_rng: np.random.Generator, env: Env, eval_env: Env) -> dict:
-    """The Trainer's generator, torch's, NumPy's and Python's global ones, and both environments'."""
+    """The Trainer's generator, torch's (CPU, and each CUDA device's where CUDA is available), NumPy's and Python's
+    global ones, and both environments'."""
     return {"trainer": trainer_rng.bit_generator.state, "torch": torch.get_rng_state(),
+            "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else [],
             "numpy": _numpy_global_state(), "python": _python_state(),
             "env": env.rng_state(), "eval_env": eval_env.rng_state()}
 
@@ -21,6 +23,9 @@ def restore_rngs(state: dict, trainer_rng: np.random.Generator, env: Env, eval_e
     """Set every generator `capture_rngs` captured back to `state`."""
     trainer_rng.bit_generator.state = state["trainer"]
     torch.set_rng_state(state["torch"])
+    cuda = state.get("cuda") or []  # written where CUDA was available; restored where the same devices are
+    if cuda and torch.cuda.is_available() and len(cuda) == torch.cuda.device_count():
+        torch.cuda.set_rng_state_all(cuda)
     np.random.set_state(("MT19937", np.asarray(state["numpy"]["keys"], dtype=np.uint32), *state["numpy"]["rest"]))
     random.setstate((state["python"]["version"], tuple(state["python"]["state"]), None))
     env.set_rng_state(state["env"])
