@@ -11,6 +11,7 @@ import torch
 from protorl.agents import Agent, agent_class, agent_config, registered_agents
 from protorl.config import EVAL_SEED_OFFSET, MAX_SEED, AgentConfig, Config, ConfigError, downstream_tasks, invalid
 from protorl.envs import Simulated, check_task, make_env, split_task
+from protorl.envs.names import gymnasium_id
 from protorl.logs.tracking import wandb_available
 
 _POSITIVE_INTS = {
@@ -129,11 +130,14 @@ def _check_observations(cfg: Config) -> None:
 def _check_tasks(cfg: Config, command: str, pretrains: bool) -> None:
     """The tasks exist, fit the replay and the frame budgets, share the pre-training's domain; fine-tuning has a
     snapshot."""
-    check_task(cfg.env)
-    if cfg.pretrain_env is not None:
-        check_task(cfg.pretrain_env)
-    for task in cfg.finetune_envs:
+    tasks = [cfg.env, *([cfg.pretrain_env] if cfg.pretrain_env is not None else []), *cfg.finetune_envs]
+    for task in tasks:
         check_task(task)
+    for task in dict.fromkeys(task for task in tasks if gymnasium_id(task) is not None):  # its spaces, built once
+        try:
+            make_env(task, cfg, seed=0).close()
+        except ValueError as error:
+            raise ConfigError(str(error)) from None
     frame_stack = cfg.frame_stack if cfg.obs == "pixels" else 1
     if cfg.replay_capacity <= frame_stack:
         fail("replay_capacity", cfg.replay_capacity, f"more than the frame stack ({frame_stack}): a transition "

@@ -140,3 +140,19 @@ def test_an_infinite_observation_stops_the_run_as_diverged(tmp_path):
     gymnasium.register("InfiniteAfterAWhile-v0", entry_point=InfiniteAfterAWhile)
     with pytest.raises(TrainingDiverged, match="non-finite observation"):
         protorl.pretrain(tiny(tmp_path / "run", env="gym:InfiniteAfterAWhile-v0", action_repeat=1))
+
+
+class UnboundedActions(InfiniteAfterAWhile):
+    action_space = gymnasium.spaces.Box(-np.inf, np.inf, (1,), np.float32)
+
+
+@pytest.mark.parametrize(("env_id", "fragment"), [("CartPole-v1", "bounded Box action space"),
+                                                  ("UnboundedActions-v0", "bounded Box action space")])
+def test_a_gymnasium_space_protorl_cannot_use_is_refused_before_anything_is_written(tmp_path, env_id, fragment):
+    from protorl.errors import ConfigError
+    from tests.agents import tiny
+
+    gymnasium.register("UnboundedActions-v0", entry_point=UnboundedActions)
+    with pytest.raises(ConfigError, match=fragment):
+        protorl.pretrain(tiny(tmp_path / "run", env=f"gym:{env_id}"))
+    assert not (tmp_path / "run").exists()

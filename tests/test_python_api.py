@@ -108,3 +108,21 @@ def test_the_random_state_holds_each_cuda_generator_where_there_is_cuda(monkeypa
     assert state["cuda"] is states
     restore_rngs(state, np.random.default_rng(0), env, env)
     assert restored == states
+
+
+@pytest.mark.parametrize(("fields", "message"), [
+    ({"seed": 1.5}, "seed=1.5: expected an integer"),
+    ({"seed": True}, "seed=True: expected an integer"),
+    ({"pretrain_frames": 2000.5}, "pretrain_frames=2000.5: expected an integer"),
+    ({"seed": "3"}, "seed='3': expected an integer"),
+    ({"env": None}, "env=None: expected a string"),
+    ({"finetune_envs": "walker_walk"}, "finetune_envs='walker_walk': expected a list of str"),
+    ({"checkpoint_every_frames": "often"}, "checkpoint_every_frames='often': expected an integer or null"),
+    ({"agent": ProtoConfig(batch_size="32")}, "agent.batch_size='32': expected an integer"),
+    ({"agent": "proto"}, "agent='proto': expected an instance of AgentConfig"),
+])
+def test_a_value_of_the_wrong_type_is_one_clear_error_before_anything_is_written(tmp_path, fields, message):
+    with pytest.raises(ConfigError) as error:
+        protorl.pretrain(run_dir=str(tmp_path / "run"), **fields)
+    assert str(error.value).startswith(f"invalid config value {message}") and "\n" not in str(error.value)
+    assert not (tmp_path / "run").exists()
