@@ -282,3 +282,20 @@ def test_group_by_agent_labels_the_agent_config_chosen(tmp_path):
     run_aggregate([tmp_path / "runs"], tmp_path / "out", "--group-by", "agent")
     scores = {row["method"]: float(row["mean"]) for row in read_rows(tmp_path / "out" / "scores.csv")}
     assert scores == {"proto_paper": 100.0, "proto": 300.0, "random": 50.0}
+
+
+def test_a_job_the_sweeps_index_marks_incomplete_is_named_even_without_a_record(tmp_path):
+    """A job refused before writing anything has no config.yaml, only its line in index.csv: the summary names it
+    instead of saying "all complete"."""
+    sweep = tmp_path / "sweep"
+    make_run(sweep / "0_proto_walker_run_seed1", curves=final_curve(100.0))
+    (sweep / "1_proto_walker_run_seed2" / ".hydra").mkdir(parents=True)  # refused: Hydra's files only
+    with open(sweep / "index.csv", "w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=["run_dir", "overrides", "agent", "env", "seed", "phases", "complete"])
+        writer.writeheader()
+        writer.writerow({"run_dir": "0_proto_walker_run_seed1", "overrides": "seed=1", "complete": "true"})
+        writer.writerow({"run_dir": "1_proto_walker_run_seed2", "overrides": "seed=2 agent.lr=-1", "complete": "false"})
+    run_aggregate([sweep], tmp_path / "out")
+    summary = (tmp_path / "out" / "summary.txt").read_text()
+    assert "all complete" not in summary
+    assert f"{sweep / '1_proto_walker_run_seed2'}: stopped before completing (seed=2 agent.lr=-1; index.csv)" in summary

@@ -128,6 +128,22 @@ def curve_panel(task: str, complete: list[Record], colors: dict[str, str], ylabe
     return Panel(task, ylabel, curves, levels)
 
 
+def stopped_jobs(paths: list[Path], records: list) -> list[str]:
+    """The jobs that a sweep's `index.csv` marks as not complete and that left no record of their own (e.g. refused
+    before writing anything)."""
+    stopped = []
+    for path in paths:
+        index = path / "index.csv"
+        if not index.is_file():
+            continue
+        with open(index, newline="") as file:
+            for row in csv.DictReader(file):
+                run_dir = path / row.get("run_dir", "")
+                if row.get("complete") == "false" and not any(run_dir in r.path.parents for r in records):
+                    stopped.append(f"{run_dir}: stopped before completing ({row.get('overrides', '')}; index.csv)")
+    return stopped
+
+
 def aggregate_runs(paths: list[Path], out: Path, group_by: list[str], reps: int = 2000, seed: int = 0,
                    metric: Metric = RETURN, tasks: list[str] | None = None) -> str:
     """Write the tables, statistics and plots of the runs under `paths` into `out`; returns the summary. `tasks`:
@@ -161,7 +177,7 @@ def aggregate_runs(paths: list[Path], out: Path, group_by: list[str], reps: int 
     lines += [f"  run without such a phase: {run}" for run in runs if not any(run in r.path.parents
                                                                                       for r in records)]
     lines += [f"  duplicate ignored: {r.path}" for r in duplicates]
-    missing = not_complete(records)
+    missing = not_complete(records) + stopped_jobs(paths, records)
     lines.append(f"  not complete ({len(missing)} of methods x tasks x seeds):" if missing else "  all complete")
     lines += [f"    {line}" for line in missing]
     written = []
