@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import threading
 import types
 import typing
 from pathlib import Path
@@ -126,14 +127,27 @@ def check(config: Config, command: str) -> tuple[Config, dict | None]:
     return config, pretrained
 
 
+# A run seeds and draws from the process-wide generators of torch, NumPy and Python: two runs in one process at once
+# would draw from each other's streams, so a second is refused (run them in separate processes).
+_one_run_per_process = threading.Lock()
+
+
 def run_command(config: Config, command: str) -> list[PhaseResult]:
-    """Check `config`, claim its run directory, run the phases of `command` and release the directory."""
-    config, pretrained = check(config, command)
-    run_dir = claim_run_dir(config)
+    """Check `config`, claim its run directory, run the phases of `command` and release the directory; one run at a
+    time per process (`ConfigError` for a second one started meanwhile, e.g. from another thread)."""
+    if not _one_run_per_process.acquire(blocking=False):
+        raise ConfigError("another protorl run is in progress in this process: runs draw from the process-wide "
+                          "random generators of torch, NumPy and Python, so two at once would not give either's "
+                          "results; run them one after the other, or in separate processes")
     try:
-        return run_phases(config, command, run_dir, pretrained)
+        config, pretrained = check(config, command)
+        run_dir = claim_run_dir(config)
+        try:
+            return run_phases(config, command, run_dir, pretrained)
+        finally:
+            release_run_dir(run_dir)
     finally:
-        release_run_dir(run_dir)
+        _one_run_per_process.release()
 
 
 def run_phases(config: Config, command: str, run_dir: Path, pretrained: dict | None) -> list[PhaseResult]:

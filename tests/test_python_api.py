@@ -19,11 +19,10 @@ from protorl.config import Config, ConfigError
 from protorl.envs import DMCEnv
 from protorl.errors import SnapshotError
 from protorl.runtime import prepare_process
-from protorl.storage.rundir import RunDirError
 from protorl.training import Trainer
 from protorl.training.rng_state import capture_rngs, restore_rngs
 from tests.agents import tiny, tiny_config
-from tests.runs import read_csv
+from tests.runs import read_csv, read_rows
 
 
 @pytest.mark.slow
@@ -60,19 +59,25 @@ def test_bad_input_raises_one_clear_error_and_writes_nothing(tmp_path):
 
 
 @pytest.mark.slow
-def test_two_threads_cannot_hold_one_run_directory(tmp_path):
-    """One call at a time per run directory, from the threads of one process too: a second call while the first
-    runs is refused as busy, and the first completes with each train.csv row once."""
+@pytest.mark.parametrize("same_directory", [True, False])
+def test_a_second_run_from_another_thread_is_refused(tmp_path, same_directory):
+    """One run at a time per process: runs draw from the process-wide random generators, so a second one started
+    from another thread while the first runs (in its directory or another) is refused, and the first completes with
+    each train.csv row once and the numbers it has alone."""
     run_dir, results = tmp_path / "run", []
     first = threading.Thread(target=lambda: results.append(protorl.pretrain(tiny(run_dir, pretrain_frames=20000))))
     first.start()
     while first.is_alive() and not (run_dir / "config.yaml").exists():  # written once the directory is claimed
         time.sleep(0.01)
-    with pytest.raises(RunDirError, match="in use by process"):
-        protorl.pretrain(tiny(run_dir, pretrain_frames=20000))
+    with pytest.raises(ConfigError, match="another protorl run is in progress in this process"):
+        protorl.pretrain(tiny(run_dir if same_directory else tmp_path / "other", pretrain_frames=20000))
     first.join()
     frames = [row["frames"] for row in read_csv(run_dir / "pretrain" / "train.csv")[1]]
     assert results and len(frames) == len(set(frames)) == 20
+    assert not (tmp_path / "other").exists()
+    alone = tmp_path / "alone"
+    protorl.pretrain(tiny(alone, pretrain_frames=20000))
+    assert read_rows(run_dir / "pretrain" / "train.csv") == read_rows(alone / "pretrain" / "train.csv")
 
 
 @pytest.mark.slow
