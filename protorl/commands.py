@@ -29,7 +29,7 @@ from protorl.logs.tracking import finish_run, phase_tracker, start_run
 from protorl.storage.atomic import write_text_atomic
 from protorl.storage.checkpoints import drop_checkpoints
 from protorl.storage.rundir import claim_run_dir, release_run_dir
-from protorl.storage.snapshots import load_snapshot, snapshot_in_sweep
+from protorl.storage.snapshots import file_sha256, load_snapshot, snapshot_in_sweep
 from protorl.training import PhaseResult, Trainer, prepare_process
 from protorl.validate import validate
 
@@ -116,7 +116,12 @@ def check(config: Config, command: str) -> tuple[Config, dict | None]:
                                      config.seed, config.pretrain_frames)
         config = dataclasses.replace(config, pretrain_sweep=sweep, snapshot=str(snapshot))
     if config.snapshot:
-        config = dataclasses.replace(config, snapshot=str(Path(config.snapshot).resolve()))
+        snapshot = Path(config.snapshot).resolve()
+        digest = file_sha256(snapshot) if snapshot.is_file() else None  # a missing file: refused below, in one line
+        if config.snapshot_sha256 is not None and digest is not None and digest != config.snapshot_sha256:
+            raise ConfigError(f"snapshot={snapshot} has SHA-256 {digest}, not the snapshot_sha256 given "
+                              f"({config.snapshot_sha256})")
+        config = dataclasses.replace(config, snapshot=str(snapshot), snapshot_sha256=digest)
     validate(config, command)
     config = dataclasses.replace(config, agent=agent_config(config.agent))  # as the run directory records it
     pretrained = None

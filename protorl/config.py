@@ -102,8 +102,11 @@ class Config:
     pretrain_env: str | None = None  # task-agnostic phase task; None: same as `env` (its reward is hidden)
     snapshot: str | None = None  # finetune: path of the pre-training snapshot to start from
     # finetune without `snapshot`: a pre-training sweep's directory; the snapshot is its run's of this agent, task
-    # (`pretrain_env` or `env`) and seed, at `pretrain_frames` (protorl/shared_pretraining.py)
+    # (`pretrain_env` or `env`) and seed, at `pretrain_frames` (protorl/storage/snapshots.py)
     pretrain_sweep: str | None = None
+    # set by the commands: the SHA-256 of the snapshot's content, which identifies it wherever it lives (a run
+    # directory continues from a snapshot moved elsewhere, and refuses another one at the same path)
+    snapshot_sha256: str | None = None
     # downstream tasks of one pre-training (protorl-train, protorl-finetune), each in its own
     # `finetune_<task>/` directory; empty: `env` alone, in `finetune/`
     finetune_envs: list[str] = field(default_factory=list)

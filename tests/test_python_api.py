@@ -131,3 +131,23 @@ def test_a_value_of_the_wrong_type_is_one_clear_error_before_anything_is_written
         protorl.pretrain(run_dir=str(tmp_path / "run"), **fields)
     assert str(error.value).startswith(f"invalid config value {message}") and "\n" not in str(error.value)
     assert not (tmp_path / "run").exists()
+
+
+@pytest.mark.slow
+def test_a_fine_tuning_follows_its_snapshot_when_the_pretraining_moves(tmp_path):
+    """A run directory records its snapshot by content (`snapshot_sha256`): rerun with the snapshot's new path
+    after its pre-training directory moved, it continues; another snapshot at the old path is refused."""
+    for seed in (1, 2):
+        protorl.pretrain(tiny(tmp_path / f"pre{seed}", seed=seed))
+    snapshot = tmp_path / "pre1" / "pretrain" / "snapshots" / "snapshot_1000.pt"
+    finetune = tiny(tmp_path / "ft", snapshot=str(snapshot))
+    protorl.finetune(finetune)
+    assert OmegaConf.load(tmp_path / "ft" / "config.yaml").snapshot_sha256 is not None
+    (tmp_path / "pre1").rename(tmp_path / "moved")
+    moved = tmp_path / "moved" / "pretrain" / "snapshots" / "snapshot_1000.pt"
+    (result,) = protorl.finetune(dataclasses.replace(finetune, snapshot=str(moved)))
+    assert result.frames == 1000  # complete already: nothing to do, nothing refused
+    (tmp_path / "pre1" / "pretrain" / "snapshots").mkdir(parents=True)
+    (tmp_path / "pre2" / "pretrain" / "snapshots" / "snapshot_1000.pt").rename(snapshot)  # another one, old path
+    with pytest.raises(ConfigError, match="other settings: snapshot_sha256="):
+        protorl.finetune(finetune)

@@ -42,6 +42,8 @@ RERUN_FREE_KEYS = frozenset({
     "wandb", "wandb_project", "wandb_entity", "wandb_group", "save_video", "video_size",
 })
 
+SNAPSHOT_PLACES = frozenset({"snapshot", "pretrain_sweep"})  # where a snapshot lives, once its content is recorded
+
 _held: dict[Path, int] = {}  # run directory -> file descriptor of its lock, for the directories this process holds
 
 
@@ -135,11 +137,15 @@ def saved_config(run_dir: Path) -> Config:
 
 
 def config_differences(saved: Config, wanted: Config) -> list[str]:
-    """`key=saved (now: wanted)` for every result-changing key whose values differ, dotted, sorted."""
+    """`key=saved (now: wanted)` for every result-changing key whose values differ, dotted, sorted. A snapshot
+    recorded by its content (`snapshot_sha256`) may have moved: then where it lives is free, its content is not."""
     old = _flatten(OmegaConf.to_container(OmegaConf.structured(saved)))
     new = _flatten(OmegaConf.to_container(OmegaConf.structured(wanted)))
+    free = RERUN_FREE_KEYS | (SNAPSHOT_PLACES if saved.snapshot_sha256 is not None else set())
+    if saved.snapshot_sha256 is None:  # recorded by an older protorl: by its path
+        free |= {"snapshot_sha256"}
     return [f"{key}={old.get(key)!r} (now {new.get(key)!r})" for key in sorted(old.keys() | new.keys())
-            if key.split(".")[-1] not in RERUN_FREE_KEYS and old.get(key) != new.get(key)]
+            if key.split(".")[-1] not in free and old.get(key) != new.get(key)]
 
 
 def _check_contract(run_dir: Path, cfg: Config, delete: bool = True) -> None:

@@ -6,6 +6,7 @@ code. `load_snapshot` refuses a file whose spec does not match the downstream en
 
 from __future__ import annotations
 
+import hashlib
 from pathlib import Path
 
 from omegaconf import OmegaConf
@@ -73,6 +74,15 @@ def check_architecture(path: Path, saved_agent: dict, agent_config: AgentConfig)
     if differences:
         raise SnapshotError(f"snapshot {path} was pre-trained with other network sizes; pass the snapshot's "
                             "values to finetune: " + "; ".join(differences))
+
+
+def file_sha256(path: Path) -> str:
+    """The SHA-256 of a file's content, in hex: what identifies a snapshot wherever it lives."""
+    digest = hashlib.sha256()
+    with open(path, "rb") as file:
+        for block in iter(lambda: file.read(2**20), b""):
+            digest.update(block)
+    return digest.hexdigest()
 
 
 def snapshot_in_sweep(sweep_dir: str | Path, agent: str, pretrain_task: str, seed: int, frames: int) -> Path:
