@@ -4,13 +4,14 @@
     result = protorl.probe_snapshot("runs/maze/pretrain/snapshots/snapshot_100000.pt")
     print(result.table())     # R^2 per state dimension and their mean, for each kind of features
 
-A uniform-random policy with a fixed seed collects `samples` observations of the snapshot's pre-training task with
-their physical states (MuJoCo's qpos and qvel: for the U-maze the point's x, y and velocity). A ridge regression
-from features to states is fit on the first `1 - test_fraction` of them (its strength chosen on a held-out part of
-those) and scored on the rest: R^2 per state dimension, and their mean. The features: the snapshot's encoder (and
-for Proto-RL its projections), the same architecture randomly initialised (one row per init seed), and the
-observations themselves (pixels average-pooled to `pool` x `pool` per channel, or the states): the reference
-points a reader needs to tell learned features from an architecture's or the input's own.
+A uniform-random policy with a fixed seed collects `samples` observations of the snapshot's pre-training task, in
+short episodes (many starting points), with their physical states (MuJoCo's qpos and qvel: for the U-maze the
+point's x, y and velocity). A ridge regression from features (centred, one scale for all) to states is fit on the
+first `1 - test_fraction` of them (each state dimension's strength chosen on a held-out part of those) and scored
+on the rest: R^2 per state dimension, and their mean. The features: the snapshot's encoder (and for Proto-RL its
+projections), the same architecture randomly initialised (one row per init seed), and the observations themselves
+(pixels average-pooled to `pool` x `pool` per channel, or the states): the reference points a reader needs to tell
+learned features from an architecture's or the input's own.
 """
 
 from __future__ import annotations
@@ -28,8 +29,9 @@ from protorl.agents.capabilities import Prototypes
 from protorl.envs import DMCEnv
 from protorl.pretrained import Pretrained, load_pretrained
 
-RIDGE_STRENGTHS = (1e-3, 1e-2, 1e-1, 1.0, 1e1, 1e2, 1e3, 1e4)  # tried on standardised features
+RIDGE_STRENGTHS = tuple(10.0**k for k in range(-4, 6))  # times N, on features of unit mean square
 VALIDATION_FRACTION = 0.2  # of the fitting samples: where the ridge strength is chosen
+EPISODE_STEPS = 50  # agent steps per episode of the random policy that collects the frames
 
 
 @dataclass
@@ -42,18 +44,23 @@ class ProbeFrames:
 
 
 def collect_frames(task: str, samples: int, seed: int, obs: str = "states", image_size: int = 84,
-                   frame_stack: int = 3, action_repeat: int = 2, camera_id: int | None = None) -> ProbeFrames:
-    """`samples` observations of a uniform-random policy on `task`, the environment and the actions seeded by
-    `seed`: the same frames on every call with the same arguments."""
+                   frame_stack: int = 3, action_repeat: int = 2, camera_id: int | None = None,
+                   episode_steps: int = EPISODE_STEPS) -> ProbeFrames:
+    """`samples` observations of a uniform-random policy on `task`, in episodes of at most `episode_steps` agent
+    steps (many starts, so that the first frames and the held-out last ones come from the same distribution), the
+    environment and the actions seeded by `seed`: the same frames on every call with the same arguments."""
     env = DMCEnv(task, obs=obs, image_size=image_size, frame_stack=frame_stack, action_repeat=action_repeat,
                  camera_id=camera_id, seed=seed)
     rng = np.random.default_rng(seed)
     observations, states = [], []
-    time_step = env.reset()
+    time_step, steps = env.reset(), 0
     while len(observations) < samples:
         observations.append(time_step.obs)
         states.append(time_step.physical_state)
-        time_step = env.reset() if time_step.last else env.step(rng.uniform(-1.0, 1.0, env.action_shape))
+        if time_step.last or steps == episode_steps:
+            time_step, steps = env.reset(), 0
+        else:
+            time_step, steps = env.step(rng.uniform(-1.0, 1.0, env.action_shape)), steps + 1
     names = state_names(env)
     env.close()
     return ProbeFrames(np.stack(observations), np.stack(states)[:, :len(names)], names)
@@ -74,11 +81,12 @@ def ridge_r2(features: np.ndarray, targets: np.ndarray, test_fraction: float = 0
     split = int(len(x) * (1 - test_fraction))
     fit_x, fit_y, test_x, test_y = x[:split], y[:split], x[split:], y[split:]
     inner = int(len(fit_x) * (1 - VALIDATION_FRACTION))
-    validation = [_squared_error(predict, fit_x[inner:], fit_y[inner:]).sum()
-                  for predict in _ridge_fits(fit_x[:inner], fit_y[:inner], RIDGE_STRENGTHS)]
-    strength = RIDGE_STRENGTHS[int(torch.stack(validation).argmin())]
-    (predict,) = _ridge_fits(fit_x, fit_y, (strength,))
-    error = _squared_error(predict, test_x, test_y)  # (S,)
+    validation = torch.stack([_squared_error(predict, fit_x[inner:], fit_y[inner:])
+                              for predict in _ridge_fits(fit_x[:inner], fit_y[:inner], RIDGE_STRENGTHS)])  # (K, S)
+    best = validation.argmin(dim=0)  # each state dimension's own strength, (S,)
+    errors = torch.stack([_squared_error(predict, test_x, test_y)
+                          for predict in _ridge_fits(fit_x, fit_y, RIDGE_STRENGTHS)])  # (K, S)
+    error = errors.gather(0, best[None]).squeeze(0)  # (S,)
     total = ((test_y - test_y.mean(dim=0)) ** 2).sum(dim=0)  # (S,)
     r2 = 1 - error / total
     return torch.where(total > 0, r2, torch.nan).numpy()
@@ -86,12 +94,13 @@ def ridge_r2(features: np.ndarray, targets: np.ndarray, test_fraction: float = 0
 
 def _ridge_fits(x: torch.Tensor, y: torch.Tensor, strengths: Sequence[float]
                 ) -> list[Callable[[torch.Tensor], torch.Tensor]]:
-    """Ridge regressions from features x (N, F), standardised with their own statistics, to targets y (N, S), one
-    per strength (penalty strength * N): their prediction functions (M, F) -> (M, S). One eigendecomposition, of
-    X'X (F, F) or of XX' (N, N) whichever is smaller, serves them all."""
-    mean, std = x.mean(dim=0), x.std(dim=0)
-    std = torch.where(std > 0, std, torch.ones_like(std))
-    xs, y_mean = (x - mean) / std, y.mean(dim=0)
+    """Ridge regressions from features x (N, F), centred and divided by their overall RMS (one scale for all, so
+    that a feature nearly constant on these rows is not blown up), to targets y (N, S), one per strength (penalty
+    strength * N): their prediction functions (M, F) -> (M, S). One eigendecomposition, of X'X (F, F) or of XX'
+    (N, N) whichever is smaller, serves them all."""
+    mean = x.mean(dim=0)
+    scale = (x - mean).square().mean().sqrt().clamp(min=torch.finfo(x.dtype).tiny)
+    xs, y_mean = (x - mean) / scale, y.mean(dim=0)
     centred = y - y_mean
     primal = xs.shape[1] <= xs.shape[0]
     eigenvalues, eigenvectors = torch.linalg.eigh(xs.T @ xs if primal else xs @ xs.T)
@@ -100,7 +109,7 @@ def _ridge_fits(x: torch.Tensor, y: torch.Tensor, strengths: Sequence[float]
     for strength in strengths:
         solved = eigenvectors @ (rotated / (eigenvalues.clamp(min=0) + strength * len(x))[:, None])
         weights = solved if primal else xs.T @ solved  # (F, S)
-        fits.append(lambda new, w=weights: ((new - mean) / std) @ w + y_mean)
+        fits.append(lambda new, w=weights: ((new - mean) / scale) @ w + y_mean)
     return fits
 
 
