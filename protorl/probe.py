@@ -7,11 +7,11 @@
 A uniform-random policy with a fixed seed collects `samples` observations of the snapshot's pre-training task, in
 short episodes (many starting points), with their physical states (MuJoCo's qpos and qvel: for the U-maze the
 point's x, y and velocity). A ridge regression from features (centred, one scale for all) to states is fit on the
-first `1 - test_fraction` of them (each state dimension's strength chosen on a held-out part of those) and scored
-on the rest: R^2 per state dimension, and their mean. The features: the snapshot's encoder (and for Proto-RL its
-projections), the same architecture randomly initialised (one row per init seed), and the observations themselves
-(pixels average-pooled to `pool` x `pool` per channel, or the states): the reference points a reader needs to tell
-learned features from an architecture's or the input's own.
+first `1 - test_fraction` of them (each state dimension's strength chosen by 5-fold cross-validation on those)
+and scored on the rest: R^2 per state dimension, and their mean. The features: the snapshot's encoder (and for
+Proto-RL its projections), the same architecture randomly initialised (one row per init seed), and the
+observations themselves (pixels average-pooled to `pool` x `pool` per channel, or the states): the reference
+points a reader needs to tell learned features from an architecture's or the input's own.
 """
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ from protorl.envs import DMCEnv
 from protorl.pretrained import Pretrained, load_pretrained
 
 RIDGE_STRENGTHS = tuple(10.0**k for k in range(-4, 6))  # times N, on features of unit mean square
-VALIDATION_FRACTION = 0.2  # of the fitting samples: where the ridge strength is chosen
+CV_FOLDS = 5  # contiguous blocks of the fitted frames, each held out in turn to choose the ridge strengths
 EPISODE_STEPS = 50  # agent steps per episode of the random policy that collects the frames
 
 
@@ -75,14 +75,19 @@ def state_names(env: DMCEnv) -> list[str]:
 
 def ridge_r2(features: np.ndarray, targets: np.ndarray, test_fraction: float = 0.25) -> np.ndarray:
     """R^2 per target dimension (S,) of a ridge regression from features (N, F) to targets (N, S), fit on the first
-    `1 - test_fraction` of the rows and scored on the rest; nan for a dimension constant on the scored rows."""
+    `1 - test_fraction` of the rows and scored on the rest; nan for a dimension constant on the scored rows. Each
+    dimension's strength is the one with the least error over `CV_FOLDS` contiguous blocks of the fitted rows, each
+    held out in turn."""
     x = torch.as_tensor(features, dtype=torch.float64).flatten(1)
     y = torch.as_tensor(targets, dtype=torch.float64)
     split = int(len(x) * (1 - test_fraction))
     fit_x, fit_y, test_x, test_y = x[:split], y[:split], x[split:], y[split:]
-    inner = int(len(fit_x) * (1 - VALIDATION_FRACTION))
-    validation = torch.stack([_squared_error(predict, fit_x[inner:], fit_y[inner:])
-                              for predict in _ridge_fits(fit_x[:inner], fit_y[:inner], RIDGE_STRENGTHS)])  # (K, S)
+    validation = torch.zeros(len(RIDGE_STRENGTHS), y.shape[1], dtype=torch.float64)  # (K, S)
+    for block in torch.arange(split).chunk(CV_FOLDS):
+        kept = torch.ones(split, dtype=torch.bool)
+        kept[block] = False
+        fits = _ridge_fits(fit_x[kept], fit_y[kept], RIDGE_STRENGTHS)
+        validation += torch.stack([_squared_error(predict, fit_x[block], fit_y[block]) for predict in fits])
     best = validation.argmin(dim=0)  # each state dimension's own strength, (S,)
     errors = torch.stack([_squared_error(predict, test_x, test_y)
                           for predict in _ridge_fits(fit_x, fit_y, RIDGE_STRENGTHS)])  # (K, S)
