@@ -13,13 +13,10 @@ class FrameStack:
 
     obs_type: str
     frame_stack: int
+    frame_shape: tuple[int, ...]  # the environment's own: (3, H, W) or (S,)
 
     def _start_stack(self) -> None:
         self._frames: deque[np.ndarray] = deque(maxlen=self.frame_stack)
-
-    @property
-    def frame_shape(self) -> tuple[int, ...]:
-        raise NotImplementedError
 
     @property
     def frame_dtype(self) -> np.dtype:
