@@ -47,7 +47,7 @@ def make_cfg():
     return lambda **overrides: tiny_config("proto", **overrides)
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="package")  # the tests package: one collection of data for all of them
 def point_mass_env_data():
     """(replay, env spec) from 70 random-action steps of a real point_mass_easy at 32x32 pixels.
 
