@@ -1,4 +1,5 @@
-"""Pre-training snapshots: the representation, queue and actor, plus the config and the env spec.
+"""Pre-training snapshots: the representation, queue and actor, plus the config and the env spec (and, if asked
+for, the replay buffer).
 
 Files are written with `torch.save` and read with `weights_only=True`, so loading one runs no pickled
 code. `load_snapshot` refuses a file whose spec does not match the downstream environment.
@@ -21,10 +22,14 @@ FORMAT_VERSION = 3  # 2: the projector as `linear` plus its statistics; 3: each 
 __all__ = ["SnapshotError", "check_architecture", "check_spec", "load_snapshot", "save_snapshot"]
 
 
-def save_snapshot(path: Path, agent_state: dict, env_spec: dict, config: dict, frames: int) -> Path:
-    """Write atomically (temp file, fsync, rename) so a crash never leaves a half-written snapshot."""
+def save_snapshot(path: Path, agent_state: dict, env_spec: dict, config: dict, frames: int,
+                  replay: dict | None = None) -> Path:
+    """Write atomically (temp file, fsync, rename) so a crash never leaves a half-written snapshot. `replay`: a
+    `ReplayBuffer.state_dict()` with physical states, for fine-tuning on the pre-training's data."""
     payload = {"format_version": FORMAT_VERSION, "agent": agent_state, "env_spec": env_spec,
                "config": config, "frames": frames}
+    if replay is not None:
+        payload["replay"] = replay
     return atomic_save(payload, path)
 
 

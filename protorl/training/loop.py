@@ -59,7 +59,7 @@ class Trainer:
         # downstream from a snapshot, the pre-trained exploration actor collects the seed transitions (the paper's
         # code: its random steps are the run's first ones only); otherwise they are uniform-random actions
         self.seeds_with_actor = pretrained is not None and self.agent.loads_pretrained_actor
-        keeps_states = runs_analyses(cfg, phase)
+        keeps_states = runs_analyses(cfg, phase) or (phase == "pretrain" and cfg.snapshot_replay)
         frames_nbytes = cfg.replay_capacity * math.prod(self.env.frame_shape) * self.env.frame_dtype.itemsize
         self.replay = ReplayBuffer(self.env.frame_shape, self.env.frame_dtype, self.env.action_shape,
                                    cfg.replay_capacity, self.env.frame_stack, seed=cfg.seed,
@@ -80,7 +80,7 @@ class Trainer:
         # row, the analyses, then a checkpoint of what they all did
         self.callbacks: list[Callback] = [
             Evaluation(cfg, self.eval_env, self.agent, self.logger, self.result, self.elapsed, self.check_finite),
-            Snapshots(cfg, self.total_frames, self.env, self.agent, self.result, self.check_finite),
+            Snapshots(cfg, self.total_frames, self.env, self.agent, self.replay, self.result, self.check_finite),
             ProgressLog(cfg, self.total_steps * self.env.action_repeat, self.env.action_repeat, self.agent,
                         self.logger, self.result, self.elapsed),
             phase_analyses(cfg, phase, self.env, self.agent, self.replay, self.logger, out_dir),

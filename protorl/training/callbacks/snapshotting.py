@@ -9,19 +9,20 @@ from omegaconf import OmegaConf
 from protorl.agents import Agent
 from protorl.config import Config
 from protorl.envs import Env
+from protorl.replay import ReplayBuffer
 from protorl.storage.snapshots import save_snapshot
 from protorl.training.callbacks import Callback
 from protorl.training.result import PhaseResult
 
 
 class Snapshots(Callback):
-    """Writes the agent's representation to snapshots/snapshot_<frames>.pt (pre-training only) and lists it in
-    the result."""
+    """Writes the agent's representation to snapshots/snapshot_<frames>.pt (pre-training only), with the replay
+    buffer if `snapshot_replay`, and lists it in the result."""
 
-    def __init__(self, cfg: Config, total_frames: int, env: Env, agent: Agent, result: PhaseResult,
-                 check_finite: Callable[[], None]):
+    def __init__(self, cfg: Config, total_frames: int, env: Env, agent: Agent, replay: ReplayBuffer,
+                 result: PhaseResult, check_finite: Callable[[], None]):
         """`check_finite`: raises if the updates since its last call diverged; run before each snapshot."""
-        self.cfg, self.env, self.agent, self.result = cfg, env, agent, result
+        self.cfg, self.env, self.agent, self.replay, self.result = cfg, env, agent, replay, result
         self.check_finite = check_finite
         self.takes_snapshots = result.phase == "pretrain"
         self.pending_frames = sorted(f for f in cfg.snapshot_at_frames if f < total_frames)
@@ -39,7 +40,8 @@ class Snapshots(Callback):
         self.check_finite()
         path = save_snapshot(self.result.out_dir / "snapshots" / f"snapshot_{frames}.pt",
                              self.agent.snapshot_state(), self.env.spec(),
-                             OmegaConf.to_container(OmegaConf.structured(self.cfg)), frames)
+                             OmegaConf.to_container(OmegaConf.structured(self.cfg)), frames,
+                             replay=self.replay.state_dict() if self.cfg.snapshot_replay else None)
         self.result.snapshots.append(path)
 
     def state_dict(self) -> dict:
