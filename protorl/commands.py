@@ -129,6 +129,9 @@ def check(config: Config, command: str) -> tuple[Config, dict | None]:
         for task in downstream_tasks(config):
             pretrained = load_snapshot(config.snapshot, env_spec=make_env(task, config, seed=0).spec(),
                                        agent_config=config.agent)
+        if config.pretrain_data_share > 0 and "replay" not in pretrained:
+            raise ConfigError(f"pretrain_data_share={config.pretrain_data_share}: snapshot {config.snapshot} holds "
+                              "no replay buffer; pre-train with snapshot_replay=true")
     return config, pretrained
 
 

@@ -162,6 +162,18 @@ class ReplayBuffer:
             raise RuntimeError("this replay buffer keeps no physical states")
         return self.physical_states[: min(self.num_written, self.capacity)]
 
+    # -- sampling's random state ----------------------------------------------------------------------
+    def reseed(self, seed: int | list[int]) -> None:
+        """Draw the next batches from a generator seeded with `seed`."""
+        self._rng = np.random.default_rng(seed)
+
+    def rng_state(self) -> dict:
+        """The sampling generator's state, as plain data."""
+        return self._rng.bit_generator.state
+
+    def set_rng_state(self, state: dict) -> None:
+        self._rng.bit_generator.state = state
+
     # -- persistence (checkpoints) ---------------------------------------------------------------------
     @property
     def _arrays(self) -> tuple[str, ...]:
@@ -173,7 +185,7 @@ class ReplayBuffer:
         filled = min(self.num_written, self.capacity)
         arrays = {name: torch.from_numpy(getattr(self, name)[:filled].copy()) for name in self._arrays}
         return {"arrays": arrays, "num_written": self.num_written,
-                "current_episode_start": self._current_episode_start, "rng": self._rng.bit_generator.state}
+                "current_episode_start": self._current_episode_start, "rng": self.rng_state()}
 
     def load_state_dict(self, state: dict) -> None:
         for name in self._arrays:
@@ -181,7 +193,7 @@ class ReplayBuffer:
             getattr(self, name)[: len(values)] = values
         self.num_written = int(state["num_written"])
         self._current_episode_start = int(state["current_episode_start"])
-        self._rng.bit_generator.state = state["rng"]
+        self.set_rng_state(state["rng"])
         if self.device_frames is not None:
             self.device_frames.copy_(torch.from_numpy(self.frames))
         ends = np.arange(self._oldest_sampleable, self.num_written)

@@ -158,10 +158,26 @@ def _check_tasks(cfg: Config, command: str, pretrains: bool) -> None:
         if other:
             raise ConfigError(f"downstream task(s) {', '.join(other)} are not of the pre-training task's domain "
                               f"{pretrain_domain!r}: a snapshot serves the tasks of its own domain only")
+    if cfg.pretrain_data_share != 0:
+        _check_pretrain_data(cfg, command, pretrains)
     if command == "finetune" and not (cfg.snapshot or cfg.pretrain_sweep) and pretrains:
         raise ConfigError("finetune needs a pre-training snapshot: add snapshot=/path/to/snapshot.pt or "
                           "pretrain_sweep=<a pre-training sweep's directory> (or run protorl-train "
                           "pretrain_frames=0 to learn without pre-training)")
+
+
+def _check_pretrain_data(cfg: Config, command: str, pretrains: bool) -> None:
+    """Fine-tuning on the pre-training's data: a share of the batch, simulated tasks, a replay in the snapshot."""
+    if not 0 <= cfg.pretrain_data_share < 1:
+        fail("pretrain_data_share", cfg.pretrain_data_share, "a number in [0, 1): the share of each fine-tuning "
+             "batch drawn from the pre-training's replay")
+    for task in downstream_tasks(cfg) if command != "pretrain" else []:
+        if gymnasium_id(task) is not None:
+            fail("pretrain_data_share", cfg.pretrain_data_share, f"0 for {task}: relabelling the pre-training's "
+                 "data needs a simulated task's physical states (DeepMind Control tasks)")
+    if command == "train" and pretrains and cfg.pretrain_frames > 0 and not cfg.snapshot_replay:
+        fail("snapshot_replay", cfg.snapshot_replay, "true with pretrain_data_share > 0: the snapshot must hold "
+             "the pre-training's replay buffer")
 
 
 def _float_values(cfg: Config) -> list[tuple[str, float]]:

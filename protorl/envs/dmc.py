@@ -142,11 +142,7 @@ class DMCEnv(FrameStack):
 
     def step(self, action: np.ndarray) -> TimeStep:
         """Apply `action` in [-1, 1]^|A| for `action_repeat` physics control steps."""
-        action = np.asarray(action, dtype=np.float64)
-        if action.shape != self.action_shape:
-            raise ValueError(f"action shape {action.shape} != {self.action_shape}")
-        scaled = self._action_low + (np.clip(action, -1.0, 1.0) + 1.0) * 0.5 * (
-            self._action_high - self._action_low)
+        scaled = self._scaled(action)
         reward, discount = 0.0, 1.0
         for _ in range(self.action_repeat):
             dm_step = self._env.step(scaled)
@@ -157,6 +153,13 @@ class DMCEnv(FrameStack):
         frame = self._frame(dm_step.observation)
         return TimeStep(frame, self._push(frame), reward, discount, first=False, last=dm_step.last(),
                         physical_state=self.physics.get_state())
+
+    def _scaled(self, action: np.ndarray) -> np.ndarray:
+        """`action` in [-1, 1]^|A| (clipped there) -> the task's action range."""
+        action = np.asarray(action, dtype=np.float64)
+        if action.shape != self.action_shape:
+            raise ValueError(f"action shape {action.shape} != {self.action_shape}")
+        return self._action_low + (np.clip(action, -1.0, 1.0) + 1.0) * 0.5 * (self._action_high - self._action_low)
 
     def seed(self, seed: int) -> None:
         """Reseed the task's random state (initial states, noise)."""
@@ -182,6 +185,14 @@ class DMCEnv(FrameStack):
             self.physics.set_state(physical_state)
         frame = self._frame(self._env.task.get_observation(self.physics) if self.obs_type == "states" else None)
         return np.concatenate([frame] * self.frame_stack, axis=0)
+
+    def reward_at(self, physical_state: np.ndarray, action: np.ndarray) -> float:
+        """The task's reward of one control step that applied `action` in [-1, 1]^|A| and ended in
+        `physical_state` (S,). Moves this environment's physics there: use an environment of its own."""
+        with self.physics.reset_context():
+            self.physics.set_state(physical_state)
+            self.physics.set_control(self._scaled(action))
+        return float(self._env.task.get_reward(self.physics) or 0.0)
 
     def close(self) -> None:
         """Free the physics and its rendering context; call it from the thread that rendered

@@ -60,10 +60,14 @@ class Env(Protocol):
 
 @runtime_checkable
 class Simulated(Protocol):
-    """A MuJoCo simulation: its physics (the analyses' coverage and walls), cameras and states to place it in."""
+    """A MuJoCo simulation: its physics (the analyses' coverage and walls), cameras, states to place it in and the
+    task's reward there."""
 
     physics: Any  # dm_control's Physics
     num_cameras: int  # valid `camera_id`s are 0 to num_cameras - 1
 
     def observe_at(self, physical_state: np.ndarray) -> np.ndarray:
         """The observation of a motionless system in `physical_state`."""
+
+    def reward_at(self, physical_state: np.ndarray, action: np.ndarray) -> float:
+        """The task's reward of one control step that applied `action` and ended in `physical_state`."""

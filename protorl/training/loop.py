@@ -6,6 +6,7 @@ phase does besides the loop (evaluation, snapshots, logs, analyses, checkpoints)
 
 from __future__ import annotations
 
+import logging
 import math
 import time
 from pathlib import Path
@@ -30,8 +31,11 @@ from protorl.training.callbacks.checkpointing import Checkpoints
 from protorl.training.callbacks.evaluation import Evaluation
 from protorl.training.callbacks.progress import ProgressLog
 from protorl.training.callbacks.snapshotting import Snapshots
+from protorl.training.pretrain_data import mixed_batch, relabelled_replay
 from protorl.training.result import PhaseResult
 from protorl.training.rng_state import capture_rngs, restore_rngs
+
+log = logging.getLogger("protorl")
 
 
 class Trainer:
@@ -59,6 +63,15 @@ class Trainer:
         # downstream from a snapshot, the pre-trained exploration actor collects the seed transitions (the paper's
         # code: its random steps are the run's first ones only); otherwise they are uniform-random actions
         self.seeds_with_actor = pretrained is not None and self.agent.loads_pretrained_actor
+        self.pretrain_data = None  # the snapshot's replay with this task's rewards (`pretrain_data_share`)
+        if pretrained is not None and cfg.pretrain_data_share > 0:
+            relabelling_env = make_env(task, cfg, seed=cfg.seed)
+            self.pretrain_data = relabelled_replay(pretrained["replay"], relabelling_env, cfg.action_repeat,
+                                                   seed=[cfg.seed, 1])
+            relabelling_env.close()
+            rewarded = int((self.pretrain_data.rewards != 0).sum())
+            log.info("pre-training data: %d transitions, %d with a reward of %s", len(self.pretrain_data),
+                     rewarded, task)
         keeps_states = runs_analyses(cfg, phase) or (phase == "pretrain" and cfg.snapshot_replay)
         frames_nbytes = cfg.replay_capacity * math.prod(self.env.frame_shape) * self.env.frame_dtype.itemsize
         self.replay = ReplayBuffer(self.env.frame_shape, self.env.frame_dtype, self.env.action_shape,
@@ -151,7 +164,12 @@ class Trainer:
 
     def _update(self) -> None:
         """One agent update; its metrics stay on the device until the logger reads them (`check_finite`)."""
-        metrics = self.agent.update(self.replay.sample(self.cfg.agent.batch_size, self.device), self.updates)
+        if self.pretrain_data is None:
+            batch = self.replay.sample(self.cfg.agent.batch_size, self.device)
+        else:
+            batch = mixed_batch(self.replay, self.pretrain_data, self.cfg.agent.batch_size,
+                                self.cfg.pretrain_data_share, self.device)
+        metrics = self.agent.update(batch, self.updates)
         self.logger.accumulate(metrics)
         self.updates += 1
 
@@ -191,6 +209,8 @@ class Trainer:
                  "elapsed_s": self.elapsed(), "agent": self.agent.state_dict(), "replay": self.replay.state_dict(),
                  "logger": self.logger.state_dict(self.frames),
                  "rng": capture_rngs(self._rng, self.env, self.eval_env)}
+        if self.pretrain_data is not None:
+            state["pretrain_data_rng"] = self.pretrain_data.rng_state()
         for callback in self.callbacks:
             state.update(callback.state_dict())
         return state
@@ -208,6 +228,8 @@ class Trainer:
         self._elapsed_before = float(state["elapsed_s"])
         self.agent.load_state_dict(state["agent"])
         self.replay.load_state_dict(state["replay"])
+        if self.pretrain_data is not None:
+            self.pretrain_data.set_rng_state(state["pretrain_data_rng"])
         self.logger.load_state_dict(state["logger"])
         restore_rngs(state["rng"], self._rng, self.env, self.eval_env)
 
