@@ -270,6 +270,19 @@ def test_runs_of_one_method_task_and_seed_with_different_configs_ask_for_group_b
         "agent.name=proto pretrain_frames=0", "agent.name=proto pretrain_frames=4000"}
 
 
+def test_a_run_repeated_with_other_checkpoint_settings_is_a_duplicate_not_another_experiment(tmp_path, capsys):
+    """A single run and a sweep's run of the same seed that differ only in what a rerun may change (checkpoints):
+    one record kept, the other listed as a duplicate, and neither called a run without the phase."""
+    make_run(tmp_path / "sweep" / "0_proto", curves=final_curve(300.0))
+    single = make_run(tmp_path / "single", curves=final_curve(300.0))
+    OmegaConf.save(OmegaConf.merge(OmegaConf.load(single / "config.yaml"), {"checkpoint_every_frames": 500}),
+                   single / "config.yaml")
+    run_aggregate([tmp_path / "sweep", tmp_path / "single"], tmp_path / "out")
+    summary = capsys.readouterr().out
+    assert "duplicate ignored" in summary and "run without such a phase" not in summary
+    assert len(read_rows(tmp_path / "out" / "scores.csv")) == 1
+
+
 def test_group_by_agent_labels_the_agent_config_chosen(tmp_path):
     """agent=proto_paper and agent=proto are both agent.name "proto": `--group-by agent` tells them apart by
     Hydra's record of the choice; a run without that record falls back to agent.name."""

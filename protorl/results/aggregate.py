@@ -175,7 +175,7 @@ def aggregate_runs(paths: list[Path], out: Path, group_by: list[str], reps: int 
              f"  methods: {', '.join(sorted({r.method for r in records})) or 'none'}",
              f"  tasks: {', '.join(sorted({r.task for r in records})) or 'none'}"]
     lines += [f"  run without such a phase: {run}" for run in runs if not any(run in r.path.parents
-                                                                                      for r in records)]
+                                                                                      for r in records + duplicates)]
     lines += [f"  duplicate ignored: {r.path}" for r in duplicates]
     missing = not_complete(records) + stopped_jobs(paths, records)
     lines.append(f"  not complete ({len(missing)} of methods x tasks x seeds):" if missing else "  all complete")
