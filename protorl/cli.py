@@ -27,6 +27,9 @@ from protorl.agents import BUILT_IN, registered_agents
 from protorl.config import Config, ConfigError
 
 log = logging.getLogger("protorl")
+# what MuJoCo's and PyOpenGL's imports log at INFO (the backend tried, the library version) is not the run's news
+for _library in ("absl", "OpenGL"):
+    logging.getLogger(_library).setLevel(logging.WARNING)
 ConfigStore.instance().store(name="protorl_schema", node=Config)
 for _name, _agent in registered_agents().items():  # each agent's YAML (conf/agent/) builds on its config class
     ConfigStore.instance().store(group="agent_schema", name=_name, node=_agent.config_class)

@@ -65,11 +65,13 @@ class Pretrained:
             expected = "uint8 pixels in [0, 255], as the environment renders them" if pixels else "float states"
             raise ConfigError(f"observations of dtype {str(obs.dtype).removeprefix('torch.')}: this snapshot "
                               f"expects {expected}")
+        given = tuple(obs.shape)
         if obs.ndim == len(self.obs_shape):
             obs = obs.unsqueeze(0)
         if tuple(obs.shape[1:]) != self.obs_shape:
-            raise ValueError(f"observations of shape {tuple(obs.shape)}: this snapshot expects (B, "
-                             f"{', '.join(map(str, self.obs_shape))}) or one observation {self.obs_shape}")
+            raise ConfigError(f"observations of shape {given}: this snapshot expects (B, "
+                              f"{', '.join(map(str, self.obs_shape))}) or one observation {self.obs_shape}"
+                              + (" (channels first)" if pixels else ""))
         return obs
 
 

@@ -145,6 +145,7 @@ def test_finetune_missing_snapshot(tmp_path):
     result = run("finetune", *TINY, "env=point_mass_hard", f"snapshot={missing}", run_dir=tmp_path / "run")
     assert_user_error(result, str(missing))
     assert not (tmp_path / "run").exists()
+    assert result.stdout == ""  # nothing but the error: no library's start-up chatter on stdout either
 
 
 def test_unknown_task_exits_2_listing_tasks(tmp_path):

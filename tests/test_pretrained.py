@@ -54,8 +54,10 @@ def test_encode_equals_the_agents_own_encoder(name, tmp_path, replay):
 def test_wrong_shapes_and_files_are_refused(tmp_path, replay):
     pretrained = protorl.load_pretrained(snapshot_of(tiny_agent("proto", "pretrain", seed=0), tmp_path / "s.pt"),
                                          device="cpu")
-    with pytest.raises(ValueError, match=r"expects \(B, 9, 32, 32\)"):
+    with pytest.raises(ConfigError, match=r"expects \(B, 9, 32, 32\)"):
         pretrained.encode(np.zeros((2, 3, 32, 32), dtype=np.uint8))
+    with pytest.raises(ConfigError, match=r"of shape \(32, 32, 9\): .* \(channels first\)"):  # the shape given
+        pretrained.encode(np.zeros((32, 32, 9), dtype=np.uint8))
     not_a_snapshot = tmp_path / "notes.pt"
     not_a_snapshot.write_text("hello")
     with pytest.raises(SnapshotError):

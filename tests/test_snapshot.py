@@ -98,6 +98,17 @@ def test_missing_file(tmp_path):
         load_snapshot(tmp_path)  # a directory is not a snapshot either
 
 
+def test_a_directory_or_a_checkpoint_is_named_for_what_it_is(saved, tmp_path):
+    """A run's directory or one of its training checkpoints passed where a snapshot goes: said so, in one line."""
+    from protorl.storage.checkpoints import save_checkpoint
+
+    with pytest.raises(SnapshotError, match="a directory, not a file"):
+        load_snapshot(saved[0].parent)
+    checkpoint = save_checkpoint({"phase": "pretrain", "agent_steps": 10}, tmp_path / "checkpoints", 20, keep=1)
+    with pytest.raises(SnapshotError, match="a training checkpoint .* not a snapshot"):
+        load_snapshot(checkpoint)
+
+
 def test_truncated_file(saved, tmp_path):
     path, *_ = saved
     data = path.read_bytes()

@@ -75,6 +75,8 @@ def safe_load(path: str | Path, what: str, error: type[ProtorlError]) -> dict:
     """Read a file written by `atomic_save` without executing pickled code; `what` names it in errors, which are
     `error` (`UnreadableFileError` for a file that is not whole)."""
     path = Path(path)
+    if path.is_dir():
+        raise error(f"{what} {path}: a directory, not a file")
     if not path.is_file():
         raise error(f"{what} {path}: no such file")
     try:

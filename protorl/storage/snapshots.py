@@ -42,6 +42,9 @@ def load_snapshot(path: str | Path, env_spec: dict | None = None, agent_config=N
     """Read a snapshot; check it was made for a matching env spec and agent architecture, if given."""
     path = Path(path)
     payload = safe_load(path, "snapshot", SnapshotError)
+    if "checkpoint_version" in payload:
+        raise SnapshotError(f"snapshot {path}: a training checkpoint (for resuming its own run), not a snapshot: "
+                            "fine-tune from a pre-training's pretrain/snapshots/snapshot_<frames>.pt")
     if payload.get("format_version") != FORMAT_VERSION:
         raise SnapshotError(f"snapshot {path}: not a protorl snapshot of format version {FORMAT_VERSION} (found "
                             f"{payload.get('format_version')!r}; older snapshots predate each agent's own "
