@@ -129,6 +129,7 @@ class Config:
     # ~2 GB); None: when the device is CUDA and they take under half its free memory
     replay_on_device: bool | None = None
     update_every_steps: int = 1  # one agent update per agent step
+    updates_per_step: int = 1  # agent updates at each updating step (the update-to-data ratio; the paper: 1)
     # step the training environment on a thread of its own while the agent updates: the same results. Off by
     # default: on a 2-core CPU its thread slows torch's down (docs/benchmarks/index.md); not yet measured on a GPU
     overlap_env_step: bool = False

@@ -15,7 +15,7 @@ from protorl.envs.names import gymnasium_id
 from protorl.logs.tracking import wandb_available
 
 _POSITIVE_INTS = {
-    "finetune_frames", "replay_capacity", "update_every_steps",
+    "finetune_frames", "replay_capacity", "update_every_steps", "updates_per_step",
     "eval_every_frames", "log_every_episodes", "video_size",
 }
 

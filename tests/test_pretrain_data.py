@@ -137,3 +137,18 @@ def test_bad_pretraining_data_settings_are_refused_before_anything_is_written(ov
     result = run("train", *STATES, "pretrain_frames=2000", *overrides, run_dir=tmp_path / "run")
     assert_user_error(result, fragment)
     assert not (tmp_path / "run").exists()
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("updates_per_step", [1, 3])
+def test_updates_per_step_is_the_number_of_updates_at_each_step(updates_per_step, tmp_path):
+    """After the 20 seeding steps, every agent step runs `updates_per_step` updates: counted in the checkpoint."""
+    from protorl.storage.checkpoints import load_checkpoint
+
+    run_dir = tmp_path / "run"
+    assert_ok(run("pretrain", *STATES, "pretrain_frames=1000", "update_every_steps=1",
+                  f"updates_per_step={updates_per_step}", "checkpoint_every_frames=1000", "keep_checkpoints=true",
+                  run_dir=run_dir))
+    state = load_checkpoint(list_checkpoints(run_dir / "pretrain" / "checkpoints")[-1])
+    assert state["agent_steps"] == 125
+    assert state["updates"] == updates_per_step * (125 - 20)
