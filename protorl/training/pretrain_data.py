@@ -9,6 +9,8 @@ then draws `pretrain_data_share` of its batch from that buffer and the rest from
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import torch
 
@@ -36,4 +38,4 @@ def mixed_batch(online: ReplayBuffer, pretrain_data: ReplayBuffer, batch_size: i
     order (online first)."""
     from_pretraining = round(share * batch_size)
     parts = [online.sample(batch_size - from_pretraining, device), pretrain_data.sample(from_pretraining, device)]
-    return Batch(*(torch.cat([getattr(part, name) for part in parts]) for name in Batch.__dataclass_fields__))
+    return Batch(*(torch.cat([getattr(part, field.name) for part in parts]) for field in dataclasses.fields(Batch)))
