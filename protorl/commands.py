@@ -26,6 +26,7 @@ from protorl.agents import agent_class, agent_config
 from protorl.config import Config, ConfigError, downstream_dir_name, downstream_tasks, scratch_dir_name
 from protorl.envs import make_env
 from protorl.logs.tracking import finish_run, phase_tracker, start_run
+from protorl.resources import check_memory
 from protorl.storage.atomic import write_text_atomic
 from protorl.storage.checkpoints import drop_checkpoints
 from protorl.storage.rundir import claim_run_dir, release_run_dir
@@ -132,6 +133,7 @@ def check(config: Config, command: str) -> tuple[Config, dict | None]:
         if config.pretrain_data_share > 0 and "replay" not in pretrained:
             raise ConfigError(f"pretrain_data_share={config.pretrain_data_share}: snapshot {config.snapshot} holds "
                               "no replay buffer; pre-train with snapshot_replay=true")
+    check_memory(config, command, pretrained)
     return config, pretrained
 
 

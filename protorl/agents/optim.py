@@ -69,9 +69,24 @@ class FusedAdam(torch.optim.Adam):
         return lists
 
 
+class ShapeOnlyAdam(torch.optim.Adam):
+    """Adam on the meta device, where tensors have shapes and no values: a step creates Adam's state (the moments
+    of each parameter) and computes nothing."""
+
+    @torch.no_grad()
+    def step(self, closure=None):
+        for group in self.param_groups:
+            for param in group["params"]:
+                if not self.state[param]:
+                    self.state[param].update(step=torch.zeros((), device=param.device),
+                                             exp_avg=torch.zeros_like(param), exp_avg_sq=torch.zeros_like(param))
+
+
 def make_adam(params: Iterable[torch.nn.Parameter], lr: float) -> torch.optim.Adam:
     """Adam with the fused kernel (`FusedAdam`); PyTorch's default Adam where the device or dtype has none."""
     params = list(params)
+    if any(param.is_meta for param in params):  # a memory estimate (protorl.resources): shapes, no values
+        return ShapeOnlyAdam(params, lr=lr)
     try:
         return FusedAdam(params, lr)
     except (RuntimeError, TypeError):  # a device or dtype without a fused kernel

@@ -1,0 +1,122 @@
+"""The memory a run needs at its peak, estimated before anything is allocated: what it counts, refusals before
+anything is written, and the estimate against the measured peak of tiny runs."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+import torch
+from torch import nn
+
+import protorl
+from protorl.agents.optim import ShapeOnlyAdam, make_adam
+from protorl.config import ConfigError
+from protorl.resources import _LiveBytes, _meminfo, estimate_memory
+from tests.agents import tiny, tiny_config
+from tests.runs import STATES, assert_user_error, environment, run
+
+needs_meminfo = pytest.mark.skipif(not _meminfo(), reason="the operating system does not report its memory")
+
+
+def test_live_bytes_counts_the_storages_held_at_once():
+    with torch.device("meta"), _LiveBytes() as live:
+        a = torch.empty(1000)  # 4000 bytes
+        b = torch.empty(500, dtype=torch.float64)  # 4000 bytes
+        view = b[:10].t()  # no new storage
+        del a
+        c = torch.empty(250)  # 1000 bytes
+    assert live.peak == 8000
+    assert live.live == 5000
+    assert view.untyped_storage().nbytes() == 4000 and c.numel() == 250
+
+
+def test_adam_on_the_meta_device_creates_the_state_adam_creates():
+    real = nn.Sequential(nn.Linear(3, 4), nn.Linear(4, 2))
+    with torch.device("meta"):
+        shapes_only = nn.Sequential(nn.Linear(3, 4), nn.Linear(4, 2))
+    for net in (real, shapes_only):
+        net(torch.zeros(5, 3, device=next(net.parameters()).device)).sum().backward()
+    adam, meta_adam = make_adam(real.parameters(), 1e-3), make_adam(shapes_only.parameters(), 1e-3)
+    assert isinstance(meta_adam, ShapeOnlyAdam) and not isinstance(adam, ShapeOnlyAdam)
+    adam.step()
+    meta_adam.step()
+    for param, meta_param in zip(real.parameters(), shapes_only.parameters(), strict=True):
+        state, meta_state = adam.state[param], meta_adam.state[meta_param]
+        assert state.keys() == meta_state.keys()
+        for key in state:
+            assert (state[key].shape, state[key].dtype) == (meta_state[key].shape, meta_state[key].dtype), key
+
+
+def test_the_agent_estimate_counts_its_batch_and_its_parameters_with_their_gradients_and_adam_state(tmp_path):
+    def agent_bytes(**sizes) -> int:
+        return estimate_memory(tiny(tmp_path, agent=tiny_config("proto", **sizes)), "pretrain").agent
+
+    small, large_batch = agent_bytes(batch_size=8), agent_bytes(batch_size=512)
+    assert large_batch > small
+    more_prototypes = agent_bytes(batch_size=8, num_prototypes=16 + 10_000)
+    # each added prototype: proj_dim float32 values, held as the parameter, its gradient and Adam's two moments
+    assert more_prototypes - small >= 10_000 * 16 * 4 * 4
+
+
+def test_the_replay_estimate_follows_the_frames_a_phase_writes(tmp_path):
+    pixels = dict(obs="pixels", image_size=32, replay_capacity=100_000)
+    short = estimate_memory(tiny(tmp_path, pretrain_frames=1000, **pixels), "pretrain")
+    long = estimate_memory(tiny(tmp_path, pretrain_frames=8000, **pixels), "pretrain")
+    frame = 3 * 32 * 32  # uint8
+    assert long.replay - short.replay >= (8000 - 1000) // 8 * frame  # a slot per agent step of 8 frames
+    assert long.replay_reserved == short.replay_reserved >= 100_000 * frame
+
+
+@needs_meminfo
+def test_a_run_this_machine_cannot_hold_is_refused_before_anything_is_written(tmp_path):
+    huge = tiny(tmp_path / "a", agent=tiny_config("proto", num_prototypes=10**10))  # 640 GB of prototypes
+    with pytest.raises(ConfigError, match=r"at its peak .* GiB are available; lower agent.batch_size"):
+        protorl.pretrain(huge)
+    with pytest.raises(ConfigError, match="replay_capacity=1000000000000: the buffer would reserve"):
+        protorl.pretrain(tiny(tmp_path / "b", replay_capacity=10**12))
+    assert not any(tmp_path.iterdir())
+
+
+@pytest.mark.slow
+@needs_meminfo
+def test_the_command_line_refuses_it_in_one_line(tmp_path):
+    run_dir = tmp_path / "run"
+    result = run("pretrain", *STATES, "agent.num_prototypes=10000000000", "pretrain_frames=1000", run_dir=run_dir)
+    assert_user_error(result, "at its peak", "GiB are available")
+    assert not run_dir.exists()
+
+
+@pytest.mark.slow
+@needs_meminfo
+@pytest.mark.parametrize("obs", ["states", "pixels"])
+def test_the_estimate_is_within_2x_of_the_peak_resident_memory_of_a_tiny_run(tmp_path, obs):
+    script = textwrap.dedent(f"""
+        import json, protorl
+        from pathlib import Path
+        from protorl.resources import estimate_memory
+        from tests.agents import tiny
+        cfg = tiny({str(tmp_path / "run")!r}, obs={obs!r}, image_size=32, replay_capacity=500)
+        estimate = estimate_memory(cfg, "train")  # as a command does, before it allocates anything
+        protorl.train(cfg)
+        peak_kib = next(int(line.split()[1]) for line in Path("/proc/self/status").read_text().splitlines()
+                        if line.startswith("VmHWM:"))
+        print(json.dumps({{"estimate": estimate.total, "peak": peak_kib * 1024}}))
+    """)
+    result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300,
+                            env=environment(), cwd=Path(__file__).parents[1])
+    assert result.returncode == 0, result.stderr
+    figures = json.loads(result.stdout.strip().splitlines()[-1])
+    assert figures["peak"] / 2 <= figures["estimate"] <= figures["peak"] * 2, figures
+
+
+@pytest.mark.parametrize("name", ["proto", "apt", "icm", "random", "drq"])
+@pytest.mark.parametrize("obs", ["states", "pixels"])
+def test_every_agent_is_estimated_in_every_phase_it_runs(tmp_path, name, obs):
+    cfg = tiny(tmp_path, obs=obs, image_size=32, agent=tiny_config(name), compare_without_pretraining=True)
+    estimate = estimate_memory(cfg, "train")
+    assert estimate.agent > 0 and estimate.replay > 0 and estimate.process > 0
