@@ -156,3 +156,33 @@ def test_a_gymnasium_space_protorl_cannot_use_is_refused_before_anything_is_writ
     with pytest.raises(ConfigError, match=fragment):
         protorl.pretrain(tiny(tmp_path / "run", env=f"gym:{env_id}"))
     assert not (tmp_path / "run").exists()
+
+
+class DictObservation(gymnasium.Wrapper):
+    """InvertedPendulum-v5 with its state inside a Dict observation."""
+
+    def __init__(self, **kwargs):
+        super().__init__(gymnasium.make("InvertedPendulum-v5", **kwargs))
+        self.observation_space = gymnasium.spaces.Dict({"state": self.env.observation_space})
+
+    def reset(self, **kwargs):
+        observation, info = self.env.reset(**kwargs)
+        return {"state": observation}, info
+
+    def step(self, action):
+        observation, *rest = self.env.step(action)
+        return {"state": observation}, *rest
+
+
+@pytest.mark.slow
+def test_a_dict_observation_trains_from_pixels_and_is_refused_from_states(tmp_path):
+    from protorl.errors import ConfigError
+    from tests.agents import tiny
+
+    gymnasium.register("DictObservation-v0", entry_point=DictObservation, max_episode_steps=1000)
+    with pytest.raises(ConfigError, match="needs a Box observation space"):
+        protorl.pretrain(tiny(tmp_path / "states", env="gym:DictObservation-v0", obs="states"))
+    assert not (tmp_path / "states").exists()
+    results = protorl.train(tiny(tmp_path / "pixels", env="gym:DictObservation-v0", obs="pixels", image_size=32,
+                                 replay_capacity=500))
+    assert [(result.phase, result.frames) for result in results] == [("pretrain", 1000), ("finetune", 1000)]
