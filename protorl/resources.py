@@ -29,6 +29,7 @@ from protorl.agents import agent_class, make_agent
 from protorl.config import Config, ConfigError, downstream_tasks
 from protorl.envs import make_env
 from protorl.replay import Batch, ReplayBuffer
+from protorl.runtime import resolve_device
 
 GIB = 2**30
 log = logging.getLogger("protorl")
@@ -90,28 +91,38 @@ def estimate_memory(cfg: Config, command: str, pretrained: dict | None = None) -
 
 
 def check_memory(cfg: Config, command: str, pretrained: dict | None = None) -> MemoryEstimate:
-    """Raise `ConfigError` if the run's estimate exceeds the memory available now, or its replay buffer the
-    memory this machine has; the estimate otherwise. Skipped (the estimate returned) where the operating system
-    does not say how much memory there is."""
+    """Raise `ConfigError` if the run's estimate exceeds the memory available now (the host's; on a GPU, the agent
+    goes to the GPU's free memory), or its replay buffer the memory this machine has; the estimate otherwise.
+    The host's side is skipped where the operating system does not say how much memory there is."""
     estimate = estimate_memory(cfg, command, pretrained)
+    device = resolve_device(cfg.device)
+    on_device = estimate.agent if device.type == "cuda" else 0
+    if on_device:
+        free = torch.cuda.mem_get_info(device)[0]
+        if on_device > free:
+            raise ConfigError(f"the agent would need about {on_device / GIB:.1f} GiB of {device} at its peak "
+                              f"({estimate.phase}) and {free / GIB:.1f} GiB are free there; lower agent.batch_size "
+                              "or the agent's sizes (its networks, prototypes, queue)")
     memory = _meminfo()
     if not memory:
         return estimate
-    parts = (f"{estimate.process / GIB:.1f} GiB already held, replay {estimate.replay / GIB:.1f}, pre-training "
-             f"data {estimate.pretrain_data / GIB:.1f}, agent {estimate.agent / GIB:.1f}")
     reservable = memory["MemTotal"] + memory.get("SwapTotal", 0)
     if estimate.replay_reserved > reservable:
         raise ConfigError(f"invalid config value replay_capacity={cfg.replay_capacity}: the buffer would reserve "
                           f"{estimate.replay_reserved / GIB:.1f} GiB and this machine has "
                           f"{reservable / GIB:.1f} GiB of memory and swap; lower replay_capacity")
-    if estimate.total > memory["MemAvailable"]:
+    parts = (f"{estimate.process / GIB:.1f} GiB already held, replay {estimate.replay / GIB:.1f}, pre-training "
+             f"data {estimate.pretrain_data / GIB:.1f}, agent {(estimate.agent - on_device) / GIB:.1f}")
+    host = estimate.total - on_device
+    if host > memory["MemAvailable"]:
         largest = max(("replay", estimate.replay), ("pretrain_data", estimate.pretrain_data),
-                      ("agent", estimate.agent), key=lambda item: item[1])[0]
+                      ("agent", estimate.agent - on_device), key=lambda item: item[1])[0]
         advice = {"replay": "lower replay_capacity or the frames", "pretrain_data": "lower pretrain_data_share to 0",
                   "agent": "lower agent.batch_size or the agent's sizes (its networks, prototypes, queue)"}[largest]
-        raise ConfigError(f"this run would need about {estimate.total / GIB:.1f} GiB at its peak ({estimate.phase}: "
-                          f"{parts}) and {memory['MemAvailable'] / GIB:.1f} GiB are available; {advice}")
-    log.debug("memory at the peak, estimated: %.2f GiB (%s)", estimate.total / GIB, parts)
+        raise ConfigError(f"this run would need about {host / GIB:.1f} GiB at its peak ({estimate.phase}: {parts}) "
+                          f"and {memory['MemAvailable'] / GIB:.1f} GiB are available; {advice}")
+    log.debug("memory at the peak, estimated: %.2f GiB of the host's (%s), %.2f GiB of %s", host / GIB, parts,
+              on_device / GIB, device)
     return estimate
 
 

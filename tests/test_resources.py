@@ -16,7 +16,7 @@ from torch import nn
 import protorl
 from protorl.agents.optim import ShapeOnlyAdam, make_adam
 from protorl.config import ConfigError
-from protorl.resources import _LiveBytes, _meminfo, estimate_memory
+from protorl.resources import _LiveBytes, _meminfo, check_memory, estimate_memory
 from tests.agents import tiny, tiny_config
 from tests.runs import STATES, assert_user_error, environment, run
 
@@ -120,3 +120,13 @@ def test_every_agent_is_estimated_in_every_phase_it_runs(tmp_path, name, obs):
     cfg = tiny(tmp_path, obs=obs, image_size=32, agent=tiny_config(name), compare_without_pretraining=True)
     estimate = estimate_memory(cfg, "train")
     assert estimate.agent > 0 and estimate.replay > 0 and estimate.process > 0
+
+
+def test_on_a_gpu_the_agent_is_checked_against_the_gpus_free_memory(tmp_path, monkeypatch):
+    cfg = tiny(tmp_path, device="cuda", agent=tiny_config("proto", batch_size=512))
+    agent_bytes = estimate_memory(cfg, "pretrain").agent
+    monkeypatch.setattr(torch.cuda, "mem_get_info", lambda device=None: (agent_bytes // 2, 80 * 2**30))
+    with pytest.raises(ConfigError, match=r"the agent would need about .* GiB of cuda at its peak"):
+        check_memory(cfg, "pretrain")
+    monkeypatch.setattr(torch.cuda, "mem_get_info", lambda device=None: (agent_bytes * 2, 80 * 2**30))
+    assert check_memory(cfg, "pretrain").agent == agent_bytes
