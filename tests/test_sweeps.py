@@ -150,5 +150,9 @@ def test_every_experiment_preset_composes_to_a_valid_sweep(name):
             assert config.pretrain_frames in (0, 100_000)
             if command != "pretrain":
                 assert config.finetune_frames == 20_000
+        elif name.startswith("walker_urlb"):  # URLB's walker protocol from states at the main job's settings
+            assert config.agent.batch_size == 32 and config.obs == "states" and config.finetune_frames == 100_000
+            assert list(config.finetune_envs) == ["walker_stand", "walker_walk", "walker_run", "walker_flip_forward"]
+            assert config.pretrain_frames in (0, 100_000)
         else:
             assert config.agent.batch_size == 512 and config.finetune_frames == 500_000
