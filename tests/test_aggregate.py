@@ -312,3 +312,17 @@ def test_a_job_the_sweeps_index_marks_incomplete_is_named_even_without_a_record(
     summary = (tmp_path / "out" / "summary.txt").read_text()
     assert "all complete" not in summary
     assert f"{sweep / '1_proto_walker_run_seed2'}: stopped before completing (seed=2 agent.lr=-1; index.csv)" in summary
+
+
+def test_a_run_still_pretraining_is_named_as_such_not_as_a_run_without_the_phase(tmp_path):
+    sweep = tmp_path / "sweep"
+    make_run(sweep / "0_proto_walker_run_seed1", curves=final_curve(100.0))
+    pretraining = make_run(sweep / "1_proto_walker_run_seed2")
+    (pretraining / "pretrain").mkdir()  # its eval.csv and checkpoints so far, no result.json yet
+    pretrained = make_run(sweep / "2_proto_walker_run_seed3")
+    (pretrained / "pretrain").mkdir()
+    (pretrained / "pretrain" / "result.json").write_text("{}")  # a pre-training run: no downstream phase of its own
+    run_aggregate([sweep], tmp_path / "out")
+    summary = (tmp_path / "out" / "summary.txt").read_text()
+    assert f"pre-training running or stopped, no downstream phase yet: {pretraining}" in summary
+    assert f"run without such a phase: {pretrained}" in summary

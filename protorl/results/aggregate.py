@@ -128,6 +128,14 @@ def curve_panel(task: str, complete: list[Record], colors: dict[str, str], ylabe
     return Panel(task, ylabel, curves, levels)
 
 
+def _without_records(run_dir: Path) -> str:
+    """Why a run has no record: its pre-training is still running (or stopped), or it has no such phase."""
+    pretrain = run_dir / "pretrain"
+    if pretrain.is_dir() and not (pretrain / "result.json").is_file():
+        return "pre-training running or stopped, no downstream phase yet"
+    return "run without such a phase"
+
+
 def stopped_jobs(paths: list[Path], records: list) -> list[str]:
     """The jobs that a sweep's `index.csv` marks as not complete and that left no record of their own (e.g. refused
     before writing anything)."""
@@ -174,8 +182,8 @@ def aggregate_runs(paths: list[Path], out: Path, group_by: list[str], reps: int 
              f"of {metric.label} ({len(complete)} complete)",
              f"  methods: {', '.join(sorted({r.method for r in records})) or 'none'}",
              f"  tasks: {', '.join(sorted({r.task for r in records})) or 'none'}"]
-    lines += [f"  run without such a phase: {run}" for run in runs if not any(run in r.path.parents
-                                                                                      for r in records + duplicates)]
+    lines += [f"  {_without_records(run)}: {run}" for run in runs if not any(run in r.path.parents
+                                                                             for r in records + duplicates)]
     lines += [f"  duplicate ignored: {r.path}" for r in duplicates]
     missing = not_complete(records) + stopped_jobs(paths, records)
     lines.append(f"  not complete ({len(missing)} of methods x tasks x seeds):" if missing else "  all complete")
