@@ -5,31 +5,35 @@ The estimate of a phase is the sum of
 - what this process holds (the interpreter, PyTorch, the simulator with its renderer, the plotting and logging
   libraries a run loads: loaded first, then read from the operating system),
 - the replay buffer as far as the phase fills it, twice where a checkpoint or a snapshot copies it out,
-- the pre-training's data a fine-tuning learns from (`pretrain_data_share`: the snapshot's replay and its
-  relabelled copy),
+- the pre-training's data a fine-tuning learns from (`pretrain_data_share`: the snapshot's replay, unless already
+  loaded, and its relabelled copy),
 - the agent at its peak in an update: the agent built and updated on PyTorch's meta device (shapes, no values),
   counting every tensor it holds at once: parameters, buffers, gradients, Adam's state and the activations.
 
-The run's estimate is its largest phase. Measured against the peak resident memory of tiny runs:
+Each phase is checked; a run's estimate is its largest phase. Measured against the peak resident memory of tiny runs:
 docs/runs.md ("Memory").
 """
 
 from __future__ import annotations
 
+import dataclasses
 import logging
+import math
 import os
 import weakref
 from dataclasses import dataclass
 from pathlib import Path
 
 import torch
+from torch.utils import _pytree as pytree
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from protorl.agents import agent_class, make_agent
-from protorl.config import Config, ConfigError, downstream_tasks
-from protorl.envs import make_env
+from protorl.agents import agent_class, agent_config, make_agent
+from protorl.config import AgentConfig, Config, ConfigError, downstream_tasks
+from protorl.envs import Env, make_env
 from protorl.replay import Batch, ReplayBuffer
 from protorl.runtime import resolve_device
+from protorl.training.callbacks.analyses import runs_analyses
 
 GIB = 2**30
 log = logging.getLogger("protorl")
@@ -45,85 +49,106 @@ class MemoryEstimate:
     pretrain_data: int  # the pre-training's replay a fine-tuning learns from, and its relabelled copy
     agent: int  # the agent at its peak in an update
     replay_reserved: int  # the whole replay buffer, which the operating system must agree to reserve
+    on_device: int  # what goes to a GPU when the run uses one: the agent, and the replay's frames if kept there
 
     @property
     def total(self) -> int:
+        """Every byte of the phase, wherever it lives."""
         return self.process + self.replay + self.pretrain_data + self.agent
 
 
 def estimate_memory(cfg: Config, command: str, pretrained: dict | None = None) -> MemoryEstimate:
-    """The largest phase `command` runs with `cfg`; `pretrained`: the snapshot a fine-tuning starts from."""
+    """The estimate of the largest phase `command` runs with `cfg`; `pretrained`: the snapshot a fine-tuning
+    starts from, already loaded."""
+    return max(phase_estimates(cfg, command, pretrained), key=lambda estimate: estimate.total)
+
+
+def phase_estimates(cfg: Config, command: str, pretrained: dict | None = None) -> list[MemoryEstimate]:
+    """The estimate of each phase `command` runs with `cfg`, in order."""
     agent = agent_class(cfg.agent.name)
-    pretrains = agent.supports("pretrain")
+    pretrains = agent.supports("pretrain") and cfg.pretrain_frames > 0
+    task = downstream_tasks(cfg)[0]  # the tasks of a domain share their observation and action shapes
     phases = []  # (name, agent mode, task, frames)
-    if command in ("pretrain", "train") and pretrains and cfg.pretrain_frames > 0:
+    if command in ("pretrain", "train") and pretrains:
         phases.append(("pretrain", "pretrain", cfg.pretrain_env or cfg.env, cfg.pretrain_frames))
     if command in ("finetune", "train"):
-        from_snapshot = pretrained is not None or (command == "train" and bool(phases))
+        from_snapshot = pretrained is not None or (command == "train" and pretrains)
         if from_snapshot:
-            phases.append(("finetune", "frozen", downstream_tasks(cfg)[0], cfg.finetune_frames))
+            phases.append(("finetune", "frozen", task, cfg.finetune_frames))
         if not from_snapshot or (cfg.compare_without_pretraining and agent.supports("online")):
-            phases.append(("scratch", "online", downstream_tasks(cfg)[0], cfg.finetune_frames))
-    process = 0
-    pretrain_replay = 0
-    estimates = []
-    for name, mode, task, frames in phases:
-        env = make_env(task, cfg, seed=0)
+            phases.append(("scratch", "online", task, cfg.finetune_frames))
+    if not phases:
+        raise ConfigError(f"{command} with agent={cfg.agent.name} and pretrain_frames={cfg.pretrain_frames} runs no "
+                          "phase")
+    process, pretrain_replay, estimates = 0, 0, []  # process: this process's memory, read as each phase loads
+    for name, mode, phase_task, frames in phases:
+        env = make_env(phase_task, cfg, seed=0)
         try:
             env.reset()  # from pixels, its renderer starts
             _load_libraries(cfg)
             process = max(process, resident_bytes())
-            slot = _replay_bytes_per_slot(env, keeps_states=(name == "pretrain"))
+            keeps_states = runs_analyses(cfg, name) or (name == "pretrain" and cfg.snapshot_replay)
+            slot = _replay_bytes_per_slot(env, keeps_states)
             agent_bytes = _agent_peak_bytes(cfg, env, mode)
         finally:
             env.close()
-        # at most a slot per agent step and one per episode start
+        # a slot per agent step and one per episode's first frame: at most twice the steps
         written = min(cfg.replay_capacity, 2 * (frames // cfg.action_repeat) + 1)
-        copies = 2 if cfg.checkpoint_every_frames or cfg.checkpoint_every_minutes or cfg.snapshot_replay else 1
-        replay = copies * written * slot
+        copied = (cfg.checkpoint_every_frames or cfg.checkpoint_every_minutes
+                  or (name == "pretrain" and cfg.snapshot_replay))  # a checkpoint or snapshot copies it out
+        replay = (2 if copied else 1) * written * slot
         if name == "pretrain":
             pretrain_replay = written * slot
         data = 0
         if name == "finetune" and cfg.pretrain_data_share > 0:
-            data = 2 * (_nbytes(pretrained["replay"]) if pretrained and "replay" in pretrained else pretrain_replay)
-        estimates.append(MemoryEstimate(name, process, replay, data, agent_bytes, cfg.replay_capacity * slot))
-    return max(estimates, key=lambda estimate: estimate.total)
+            if pretrained is not None:  # loaded already (counted in `process`): its relabelled copy
+                data = _nbytes(pretrained.get("replay", {}))
+            else:  # the snapshot written by the pre-training, loaded, and its relabelled copy
+                data = 2 * pretrain_replay
+        on_device = agent_bytes + (written * slot if cfg.replay_on_device else 0)
+        estimates.append(MemoryEstimate(name, 0, replay, data, agent_bytes, cfg.replay_capacity * slot, on_device))
+    return [dataclasses.replace(estimate, process=process) for estimate in estimates]  # with every phase loaded
 
 
 def check_memory(cfg: Config, command: str, pretrained: dict | None = None) -> MemoryEstimate:
-    """Raise `ConfigError` if the run's estimate exceeds the memory available now (the host's; on a GPU, the agent
-    goes to the GPU's free memory), or its replay buffer the memory this machine has; the estimate otherwise.
-    The host's side is skipped where the operating system does not say how much memory there is."""
-    estimate = estimate_memory(cfg, command, pretrained)
+    """Raise `ConfigError` if a phase's estimate exceeds the memory available now (the host's; on a GPU, the agent
+    goes to the GPU's free memory), or its replay buffer the memory this machine has; the largest phase's
+    estimate otherwise. The host's side is skipped where the operating system does not say how much memory there
+    is."""
+    estimates = phase_estimates(cfg, command, pretrained)
     device = resolve_device(cfg.device)
-    on_device = estimate.agent if device.type == "cuda" else 0
-    if on_device:
-        free = torch.cuda.mem_get_info(device)[0]
-        if on_device > free:
-            raise ConfigError(f"the agent would need about {on_device / GIB:.1f} GiB of {device} at its peak "
-                              f"({estimate.phase}) and {free / GIB:.1f} GiB are free there; lower agent.batch_size "
-                              "or the agent's sizes (its networks, prototypes, queue)")
     memory = _meminfo()
-    if not memory:
-        return estimate
-    reservable = memory["MemTotal"] + memory.get("SwapTotal", 0)
-    if estimate.replay_reserved > reservable:
-        raise ConfigError(f"invalid config value replay_capacity={cfg.replay_capacity}: the buffer would reserve "
-                          f"{estimate.replay_reserved / GIB:.1f} GiB and this machine has "
-                          f"{reservable / GIB:.1f} GiB of memory and swap; lower replay_capacity")
-    parts = (f"{estimate.process / GIB:.1f} GiB already held, replay {estimate.replay / GIB:.1f}, pre-training "
-             f"data {estimate.pretrain_data / GIB:.1f}, agent {(estimate.agent - on_device) / GIB:.1f}")
-    host = estimate.total - on_device
-    if host > memory["MemAvailable"]:
-        largest = max(("replay", estimate.replay), ("pretrain_data", estimate.pretrain_data),
-                      ("agent", estimate.agent - on_device), key=lambda item: item[1])[0]
-        advice = {"replay": "lower replay_capacity or the frames", "pretrain_data": "lower pretrain_data_share to 0",
-                  "agent": "lower agent.batch_size or the agent's sizes (its networks, prototypes, queue)"}[largest]
-        raise ConfigError(f"this run would need about {host / GIB:.1f} GiB at its peak ({estimate.phase}: {parts}) "
-                          f"and {memory['MemAvailable'] / GIB:.1f} GiB are available; {advice}")
-    log.debug("memory at the peak, estimated: %.2f GiB of the host's (%s), %.2f GiB of %s", host / GIB, parts,
-              on_device / GIB, device)
-    return estimate
+    for estimate in estimates:
+        on_device = estimate.on_device if device.type == "cuda" else 0
+        if on_device:
+            free = torch.cuda.mem_get_info(device)[0]
+            if on_device > free:
+                raise ConfigError(f"the agent would need about {on_device / GIB:.1f} GiB of {device} at its peak "
+                                  f"({estimate.phase}) and {free / GIB:.1f} GiB are free there; lower "
+                                  "agent.batch_size or the agent's sizes (its networks, prototypes, queue)")
+        if not memory:
+            continue
+        reservable = memory["MemTotal"] + memory.get("SwapTotal", 0)
+        if estimate.replay_reserved > reservable:
+            raise ConfigError(f"invalid config value replay_capacity={cfg.replay_capacity}: the buffer would "
+                              f"reserve {estimate.replay_reserved / GIB:.1f} GiB and this machine has "
+                              f"{reservable / GIB:.1f} GiB of memory and swap; lower replay_capacity")
+        host_agent = estimate.agent if device.type != "cuda" else 0
+        host = estimate.process + estimate.replay + estimate.pretrain_data + host_agent
+        parts = (f"{estimate.process / GIB:.1f} GiB already held, replay {estimate.replay / GIB:.1f}, pre-training "
+                 f"data {estimate.pretrain_data / GIB:.1f}, agent {host_agent / GIB:.1f}")
+        if host > memory["MemAvailable"]:
+            largest = max(("replay", estimate.replay), ("pretrain_data", estimate.pretrain_data),
+                          ("agent", host_agent), key=lambda item: item[1])[0]
+            advice = {"replay": "lower replay_capacity or the frames",
+                      "pretrain_data": "lower pretrain_data_share to 0",
+                      "agent": "lower agent.batch_size or the agent's sizes (its networks, prototypes, queue)"}
+            raise ConfigError(f"this run would need about {host / GIB:.1f} GiB at its peak ({estimate.phase}: "
+                              f"{parts}) and {memory['MemAvailable'] / GIB:.1f} GiB are available; "
+                              f"{advice[largest]}")
+        log.debug("memory at the peak of %s, estimated: %.2f GiB of the host's (%s)%s", estimate.phase, host / GIB,
+                  parts, f", {on_device / GIB:.2f} GiB of {device}" if on_device else "")
+    return max(estimates, key=lambda estimate: estimate.total)
 
 
 def resident_bytes() -> int:
@@ -158,39 +183,48 @@ def _load_libraries(cfg: Config) -> None:
         import torch.utils.tensorboard  # noqa: F401
 
 
-def _replay_bytes_per_slot(env, keeps_states: bool) -> int:
+def _replay_bytes_per_slot(env: Env, keeps_states: bool) -> int:
     """Bytes of one slot of the replay buffer the trainer builds for `env` (physical states kept or not)."""
     one_slot = ReplayBuffer(env.frame_shape, env.frame_dtype, env.action_shape, capacity=1, frame_stack=1,
                             physical_state_shape=env.physical_state_shape if keeps_states else None)
     return one_slot.nbytes
 
 
-def _nbytes(tree) -> int:
+def _nbytes(tree: dict | list) -> int:
     """Bytes of every tensor in a nested dict or list."""
-    return sum(leaf.nbytes for leaf in torch.utils._pytree.tree_leaves(tree) if isinstance(leaf, torch.Tensor))
+    return sum(leaf.nbytes for leaf in pytree.tree_leaves(tree) if isinstance(leaf, torch.Tensor))
 
 
-def _agent_peak_bytes(cfg: Config, env, mode: str) -> int:
-    """The most bytes the agent holds at once over its build and two updates (the first creates Adam's state),
-    all run on the meta device."""
+def _agent_peak_bytes(cfg: Config, env: Env, mode: str) -> int:
+    """The most bytes the agent for `mode` holds at once over its build and two updates (the first creates Adam's
+    state) that run every part of it: built and updated on the meta device, in float32 throughout."""
+    agent_cfg = dataclasses.replace(agent_config(cfg.agent), bf16_autocast=False)  # meta has no autocast
     meta = torch.device("meta")
     dtype = torch.uint8 if env.obs_type == "pixels" else torch.float32
     with torch.device(meta), _LiveBytes() as live:
-        agent = make_agent(cfg.agent, env.obs_type, env.obs_shape, env.action_shape, meta, mode)
-        size = cfg.agent.batch_size
+        agent = make_agent(agent_cfg, env.obs_type, env.obs_shape, env.action_shape, meta, mode)
+        size = agent_cfg.batch_size
         batch = Batch(obs=torch.empty(size, *env.obs_shape, dtype=dtype), action=torch.empty(size, *env.action_shape),
                       reward=torch.empty(size, 1), discount=torch.empty(size, 1),
                       next_obs=torch.empty(size, *env.obs_shape, dtype=dtype))
-        for step in (1, 2):
+        for step in _steps_running_every_schedule(agent_cfg):
             agent.update(batch, step)
     return live.peak
+
+
+def _steps_running_every_schedule(agent_cfg: AgentConfig) -> tuple[int, int]:
+    """Two update steps at which every `*_every` schedule of the agent fires, after any critic warm-up."""
+    period = math.lcm(*(getattr(agent_cfg, item.name) for item in dataclasses.fields(agent_cfg)
+                        if item.name.endswith("_every") and isinstance(getattr(agent_cfg, item.name), int)))
+    first = period * max(1, math.ceil(agent_cfg.critic_warmup_updates / period))
+    return first, first + period
 
 
 class _LiveBytes(TorchDispatchMode):
     """Counts the bytes of the storages that operators allocate while it is active, and their peak; a storage
     counts until it is freed."""
 
-    def __init__(self):
+    def __init__(self) -> None:
         super().__init__()
         self.live = 0
         self.peak = 0
@@ -204,8 +238,12 @@ class _LiveBytes(TorchDispatchMode):
             pairs = [(returns[0], tensor) for tensor in (out if isinstance(out, (tuple, list)) else (out,))]
         else:
             pairs = list(zip(returns, out, strict=True))
+        inputs = {leaf.untyped_storage()._cdata for leaf in pytree.tree_leaves((args, kwargs))
+                  if isinstance(leaf, torch.Tensor)}
         for returned, tensor in pairs:
-            if isinstance(tensor, torch.Tensor) and returned.alias_info is None:  # a new storage, not a view
+            # a new storage: not a view (by the schema, or sharing an input's storage, as _unsafe_view does)
+            if (isinstance(tensor, torch.Tensor) and returned.alias_info is None
+                    and tensor.untyped_storage()._cdata not in inputs):
                 storage = tensor.untyped_storage()
                 self._count(storage.nbytes())
                 weakref.finalize(storage, self._count, -storage.nbytes())

@@ -130,3 +130,17 @@ def test_on_a_gpu_the_agent_is_checked_against_the_gpus_free_memory(tmp_path, mo
         check_memory(cfg, "pretrain")
     monkeypatch.setattr(torch.cuda, "mem_get_info", lambda device=None: (agent_bytes * 2, 80 * 2**30))
     assert check_memory(cfg, "pretrain").agent == agent_bytes
+
+
+def test_the_estimate_runs_every_part_of_the_update_whatever_its_schedules(tmp_path):
+    def agent_bytes(**fields) -> int:
+        return estimate_memory(tiny(tmp_path, agent=tiny_config("proto", **fields)), "pretrain").agent
+
+    every_step = agent_bytes(actor_update_every=1, critic_target_update_every=1)
+    assert agent_bytes(actor_update_every=3, critic_target_update_every=5, critic_warmup_updates=1000) == every_step
+
+
+def test_bfloat16_convolutions_are_estimated_in_float32(tmp_path):
+    cfg = tiny(tmp_path, obs="pixels", image_size=32, agent=tiny_config("proto", bf16_autocast=True))
+    plain = tiny(tmp_path, obs="pixels", image_size=32, agent=tiny_config("proto"))
+    assert estimate_memory(cfg, "pretrain").agent == estimate_memory(plain, "pretrain").agent

@@ -74,7 +74,7 @@ class ShapeOnlyAdam(torch.optim.Adam):
     of each parameter) and computes nothing."""
 
     @torch.no_grad()
-    def step(self, closure=None):
+    def step(self, closure: None = None) -> None:
         for group in self.param_groups:
             for param in group["params"]:
                 if not self.state[param]:
@@ -83,7 +83,8 @@ class ShapeOnlyAdam(torch.optim.Adam):
 
 
 def make_adam(params: Iterable[torch.nn.Parameter], lr: float) -> torch.optim.Adam:
-    """Adam with the fused kernel (`FusedAdam`); PyTorch's default Adam where the device or dtype has none."""
+    """Adam with the fused kernel (`FusedAdam`); PyTorch's default Adam where the device or dtype has none;
+    `ShapeOnlyAdam` for parameters on the meta device."""
     params = list(params)
     if any(param.is_meta for param in params):  # a memory estimate (protorl.resources): shapes, no values
         return ShapeOnlyAdam(params, lr=lr)
