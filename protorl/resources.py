@@ -37,6 +37,7 @@ from protorl.training.callbacks.analyses import runs_analyses
 
 GIB = 2**30
 log = logging.getLogger("protorl")
+_passed: dict[tuple[str, str], list[MemoryEstimate]] = {}  # the last config that passed, for its second check
 
 
 @dataclass(frozen=True)
@@ -114,8 +115,10 @@ def check_memory(cfg: Config, command: str, pretrained: dict | None = None) -> M
     """Raise `ConfigError` if a phase's estimate exceeds the memory available now (the host's; on a GPU, the agent
     goes to the GPU's free memory), or its replay buffer the memory this machine has; the largest phase's
     estimate otherwise. The host's side is skipped where the operating system does not say how much memory there
-    is."""
-    estimates = phase_estimates(cfg, command, pretrained)
+    is. A command checks its config twice (before Hydra writes, then when it runs): the second finds the first's
+    estimates here instead of building them again."""
+    key = (repr(dataclasses.replace(cfg, run_dir="")), command)  # the config names its snapshot by path and content
+    estimates = _passed.pop(key, None) or phase_estimates(cfg, command, pretrained)
     device = resolve_device(cfg.device)
     memory = _meminfo()
     for estimate in estimates:
@@ -148,6 +151,8 @@ def check_memory(cfg: Config, command: str, pretrained: dict | None = None) -> M
                               f"{advice[largest]}")
         log.debug("memory at the peak of %s, estimated: %.2f GiB of the host's (%s)%s", estimate.phase, host / GIB,
                   parts, f", {on_device / GIB:.2f} GiB of {device}" if on_device else "")
+    _passed.clear()
+    _passed[key] = estimates
     return max(estimates, key=lambda estimate: estimate.total)
 
 
