@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import logging
+import math
 import os
 import sys
 import typing
@@ -265,6 +266,18 @@ def probe(argv: list[str] | None = None) -> None:
             writer.writerows(rows)
 
 
+def _reference_score(text: str) -> tuple[str, float]:
+    """`TASK=SCORE` of `--reference`, SCORE a positive number."""
+    task, _, score = text.partition("=")
+    try:
+        value = float(score)
+    except ValueError:
+        value = math.nan
+    if not task or not math.isfinite(value) or value <= 0:
+        raise argparse.ArgumentTypeError(f"{text!r} is not TASK=SCORE with a positive SCORE, e.g. walker_stand=984")
+    return task, value
+
+
 def aggregate(argv: list[str] | None = None) -> None:
     """protorl-aggregate PATH [PATH ...]: learning curves, final-score tables and rliable statistics (IQM,
     mean, median, optimality gap, performance profiles) over the downstream phases of runs and sweeps."""
@@ -290,12 +303,21 @@ def aggregate(argv: list[str] | None = None) -> None:
                              "which rewards solving a task sooner")
     parser.add_argument("--tasks", nargs="+", default=None, metavar="TASK",
                         help="only these downstream tasks (default: every task found)")
+    parser.add_argument("--reference", nargs="+", default=None, metavar="TASK=SCORE", type=_reference_score,
+                        help="divide each task's return by this score instead of the task's maximum return for "
+                             "rliable's statistics, one per task, e.g. an expert's score for expert-normalised "
+                             "scores as URLB reports them")
     args = parser.parse_args(argv)
     if args.reps < 1:
         parser.error("--reps must be at least 1")
+    if args.reference is not None and args.metric is not None:
+        parser.error("--reference normalises the downstream return; it does not apply to --metric")
+    references = None if args.reference is None else dict(args.reference)
+    if references is not None and len(references) < len(args.reference):
+        parser.error("--reference names a task twice")
     metric = RETURN if args.metric is None else SUCCESS if args.metric == "success_rate" else \
         pretraining_metric(args.metric)
-    metric = dataclasses.replace(metric, over=args.score)
+    metric = dataclasses.replace(metric, over=args.score, references=references)
     try:
         print(aggregate_runs(args.paths, args.out, args.group_by, args.reps, args.seed, metric, args.tasks),
               flush=True)

@@ -255,6 +255,43 @@ def test_returns_are_normalised_by_each_tasks_maximum_return(tmp_path):
     assert points["Mean"] == pytest.approx(0.5) and points["Optimality Gap"] == pytest.approx(0.5)
 
 
+def test_reference_scores_replace_the_maximum_return_for_rliable(tmp_path):
+    """--reference TASK=SCORE: expert-normalised scores, as URLB reports them; the return table is unchanged."""
+    make_run(tmp_path / "runs" / "run", env="walker_run", curves=final_curve(200.0))
+    make_run(tmp_path / "runs" / "walk", env="walker_walk", curves=final_curve(600.0))
+    run_aggregate([tmp_path / "runs"], tmp_path / "out", "--reference", "walker_run=800", "walker_walk=960")
+    points = {row["metric"]: float(row["point"]) for row in read_rows(tmp_path / "out" / "aggregate.csv")}
+    assert points["Mean"] == pytest.approx((200 / 800 + 600 / 960) / 2)
+    assert {row["task"]: float(row["mean"]) for row in read_rows(tmp_path / "out" / "scores.csv")} == \
+        {"walker_run": 200.0, "walker_walk": 600.0}
+    assert "/ the reference score (walker_run 800, walker_walk 960)" in (tmp_path / "out" / "summary.txt").read_text()
+
+
+@pytest.mark.parametrize("references, message", [
+    (["walker_run=800"], "no reference score for task walker_walk"),
+    (["walker_run=800", "walker_walk=960", "walker_stand=984"], "no record of task walker_stand"),
+    (["walker_run=800", "walker_walk=-1"], "'walker_walk=-1' is not TASK=SCORE with a positive SCORE"),
+    (["walker_run=800", "walker_walk"], "'walker_walk' is not TASK=SCORE"),
+    (["walker_run=800", "walker_run=700"], "--reference names a task twice"),
+])
+def test_a_bad_reference_is_one_line_and_writes_nothing(tmp_path, capsys, references, message):
+    make_run(tmp_path / "runs" / "run", env="walker_run", curves=final_curve(200.0))
+    make_run(tmp_path / "runs" / "walk", env="walker_walk", curves=final_curve(600.0))
+    with pytest.raises(SystemExit) as exit_info:
+        run_aggregate([tmp_path / "runs"], tmp_path / "out", "--reference", *references)
+    err = capsys.readouterr().err
+    assert exit_info.value.code == 2 and message in err and len(err.strip().splitlines()) == 1
+    assert not (tmp_path / "out").exists()
+
+
+def test_reference_scores_do_not_apply_to_a_pretraining_metric(tmp_path, capsys):
+    make_run(tmp_path / "runs" / "run", curves=final_curve(200.0))
+    with pytest.raises(SystemExit):
+        run_aggregate([tmp_path / "runs"], tmp_path / "out", "--metric", "coverage/entropy",
+                      "--reference", "walker_run=800")
+    assert "does not apply to --metric" in capsys.readouterr().err
+
+
 def test_runs_of_one_method_task_and_seed_with_different_configs_ask_for_group_by(tmp_path, capsys):
     """E.g. figure 14's runs (no pre-training) aggregated with figure 4's: not repeats, two experiments."""
     make_run(tmp_path / "fig4" / "proto", curves=final_curve(300.0))

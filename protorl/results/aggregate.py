@@ -25,6 +25,7 @@ from protorl.results.records import (
     Metric,
     Record,
     check_metric_column,
+    check_references,
     deduplicate,
     discover_runs,
     not_complete,
@@ -169,9 +170,10 @@ def aggregate_runs(paths: list[Path], out: Path, group_by: list[str], reps: int 
         if unknown:
             raise ResultsError(f"no record of task {', '.join(unknown)} (--tasks) under {', '.join(map(str, paths))}")
         records = [r for r in records if r.task in tasks]
+    check_references(records, paths, metric)
     check_metric_column(records, runs, metric)
     records, duplicates = deduplicate(records)
-    normalised = metric.score_label if metric.scale == 1 else f"{metric.score_label} / the task's maximum return"
+    normalised = metric.normalised_label
     complete = [r for r in records if r.status == COMPLETE]
     matrices, used = score_matrices(complete, metric)
     if matrices:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import itertools
 import os
 from collections import defaultdict
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -39,9 +40,20 @@ class Metric:
     scale: float | None  # scores are divided by this for rliable (scores in [0, 1]); None: max_return()
     label: str
     over: str = "final"  # a record's score: its "final" value, or the "mean" over its evaluations (area under curve)
+    references: Mapping[str, float] | None = None  # per task, a reference score to divide by (e.g. an expert's)
 
     def normaliser(self, task: str) -> float:
+        if self.references is not None:
+            return self.references[task]
         return max_return(task) if self.scale is None else self.scale
+
+    @property
+    def normalised_label(self) -> str:
+        """What rliable's scores are: the score itself, or the score over the divisor."""
+        if self.references is not None:
+            scores = ", ".join(f"{task} {score:g}" for task, score in sorted(self.references.items()))
+            return f"{self.score_label} / the reference score ({scores})"
+        return self.score_label if self.scale == 1 else f"{self.score_label} / the task's maximum return"
 
     def score(self, record: Record) -> float:
         """The record's score: its value at the last evaluation, or the mean of its curve (`over`)."""
@@ -173,6 +185,20 @@ def check_metric_column(records: list[Record], runs: list[Path], metric: Metric)
         raise ResultsError(f"--metric {metric.column}: no such column in the pretrain/{metric.csv_name} of the "
                            f"{len(files)} runs that have one; their columns: "
                            f"{', '.join(sorted(columns - {'frames'})) or 'none'}")
+
+
+def check_references(records: list[Record], paths: list[Path], metric: Metric) -> None:
+    """ResultsError unless `--reference` names exactly the tasks of the records, each once."""
+    if metric.references is None:
+        return
+    found = {r.task for r in records}
+    unknown, unscored = sorted(set(metric.references) - found), sorted(found - set(metric.references))
+    if unknown:
+        raise ResultsError(f"--reference: no record of task {', '.join(unknown)} under "
+                           f"{', '.join(map(str, paths))} (tasks found: {', '.join(sorted(found)) or 'none'})")
+    if unscored:
+        raise ResultsError(f"--reference: no reference score for task {', '.join(unscored)}; give one per task "
+                           f"(or keep only the scored tasks with --tasks)")
 
 
 def flat_config(run_dir: Path) -> dict[str, object]:
