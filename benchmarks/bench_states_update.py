@@ -8,7 +8,8 @@ each at batch 32 / SAC hidden 256 (the main job) and at URLB's states setting, b
 "ops" counts the aten operator calls of one update (nested calls included), "syncs" the ones that wait for the
 device on an accelerator (`.item()`, data-dependent shapes), both averaged over an even and an odd step.
 "products ms" is the time the update spends inside its matrix products and distance matrices (timed one by one
-as it runs them): at these sizes they run near the core's peak, so they bound what removing overhead can gain.
+as it runs them): at these sizes they run near the core's peak, so they bound what removing overhead can gain;
+"Adam ms" likewise the time inside Adam's fused kernel (every optimiser step of the update).
 
 Each row runs in a fresh process. `--vs CHECKOUT` times the same rows with another checkout's protorl too,
 alternating which goes first in each round, and prints the same-run ratio (the best round of each):
@@ -35,6 +36,7 @@ ROWS = (("proto", "pretrain"), ("proto", "frozen"), ("random", "pretrain"))
 # aten operators that make an accelerator wait for its queue: a scalar read back, or an output whose shape
 # depends on the data
 PRODUCT_OPS = ("mm", "addmm", "bmm", "baddbmm", "_euclidean_dist", "_cdist_forward")
+ADAM_OPS = ("_fused_adam_",)  # Adam's fused kernel: one call per optimiser step
 SYNC_OPS = ("_local_scalar_dense", "nonzero", "masked_select", "_unique2", "unique_dim", "unique_consecutive",
             "repeat_interleave")
 
@@ -72,10 +74,10 @@ def _batches(batch: int, count: int, seed: int = 0) -> list:
 
 def _count_ops(update, steps: tuple[int, ...]) -> dict[str, float]:
     """Per call of `update(step)`, averaged over `steps`: aten operator calls, host synchronisations and the
-    seconds spent inside matrix products."""
+    seconds spent inside matrix products and inside Adam's kernel."""
     from torch.utils._python_dispatch import TorchDispatchMode
 
-    counts = {"ops": 0, "syncs": 0, "products_s": 0.0}
+    counts = {"ops": 0, "syncs": 0, "products_s": 0.0, "adam_s": 0.0}
 
     class Count(TorchDispatchMode):
         def __torch_dispatch__(self, func, types, args=(), kwargs=None):
@@ -86,6 +88,8 @@ def _count_ops(update, steps: tuple[int, ...]) -> dict[str, float]:
             out = func(*args, **(kwargs or {}))
             if name in PRODUCT_OPS:
                 counts["products_s"] += time.perf_counter() - start
+            elif name in ADAM_OPS:
+                counts["adam_s"] += time.perf_counter() - start
             return out
 
     with Count():
@@ -123,7 +127,8 @@ def _worker(agent_name: str, mode: str, batch: int, hidden: int) -> dict:
         blocks.append((time.perf_counter() - start) / steps_per_block)
     counted = [_count_ops(update, (step + 2 * i + 1, step + 2 * i + 2)) for i in range(5)]
     return {"seconds_per_update": min(blocks), "ops": counted[0]["ops"], "syncs": counted[0]["syncs"],
-            "products_s": min(c["products_s"] for c in counted), "protorl": protorl.__file__}
+            "products_s": min(c["products_s"] for c in counted), "adam_s": min(c["adam_s"] for c in counted),
+            "protorl": protorl.__file__}
 
 
 def _run_worker(*args, checkout: Path) -> dict:
@@ -161,11 +166,10 @@ def main() -> None:
     print(f"torch {torch.__version__}, 1 thread, CPU; {OBS_DIM}-d states, {ACTION_DIM}-d actions; "
           f"best of {args.rounds} round(s); " + "; ".join(f"{name}: {path}" for name, path in checkouts.items()))
     header = "| agent | update | batch | hidden | " + " | ".join(
-        f"{name} ms | {name} ops | {name} syncs | {name} products ms" for name in checkouts)
-    if args.vs is not None:
-        header += " | before / this |"
+        f"{name} ms | {name} ops | {name} syncs | {name} products ms | {name} Adam ms" for name in checkouts)
+    header += " | before / this |" if args.vs is not None else " |"
     print(header)
-    print("|---" * (4 + 4 * len(checkouts) + (args.vs is not None)) + "|")
+    print("|---" * (4 + 5 * len(checkouts) + (args.vs is not None)) + "|")
     for batch, hidden in sizes:
         for agent_name, mode in ROWS:
             results: dict[str, list[dict]] = {name: [] for name in checkouts}
@@ -175,7 +179,8 @@ def main() -> None:
                     results[name].append(_run_worker(agent_name, mode, batch, hidden, checkout=checkouts[name]))
             best = {name: min(rows, key=lambda r: r["seconds_per_update"]) for name, rows in results.items()}
             cells = " | ".join(f"{best[n]['seconds_per_update'] * 1e3:.2f} | {best[n]['ops']:.0f} | "
-                               f"{best[n]['syncs']:.1f} | {best[n]['products_s'] * 1e3:.2f}" for n in checkouts)
+                               f"{best[n]['syncs']:.1f} | {best[n]['products_s'] * 1e3:.2f} | "
+                               f"{best[n]['adam_s'] * 1e3:.2f}" for n in checkouts)
             line = f"| {agent_name} | {mode} | {batch} | {hidden} | {cells}"
             if args.vs is not None:
                 line += f" | {best['before']['seconds_per_update'] / best['this']['seconds_per_update']:.2f}x"
