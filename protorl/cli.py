@@ -307,6 +307,9 @@ def aggregate(argv: list[str] | None = None) -> None:
                         help="divide each task's return by this score instead of the task's maximum return for "
                              "rliable's statistics, one per task, e.g. an expert's score for expert-normalised "
                              "scores as URLB reports them")
+    parser.add_argument("--all-curves", action="store_true",
+                        help="draw methods without pre-training (DrQ, SAC from scratch) as curves too, instead of "
+                             "a line at their final mean (as the paper's figures draw DrQ)")
     args = parser.parse_args(argv)
     if args.reps < 1:
         parser.error("--reps must be at least 1")
@@ -319,7 +322,8 @@ def aggregate(argv: list[str] | None = None) -> None:
         pretraining_metric(args.metric)
     metric = dataclasses.replace(metric, over=args.score, references=references)
     try:
-        print(aggregate_runs(args.paths, args.out, args.group_by, args.reps, args.seed, metric, args.tasks),
+        print(aggregate_runs(args.paths, args.out, args.group_by, args.reps, args.seed, metric, args.tasks,
+                             args.all_curves),
               flush=True)
     except (ResultsError, OSError, OmegaConfBaseException) as error:  # bad files: one line
         _exit_with(_one_line(error))

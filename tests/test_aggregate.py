@@ -16,7 +16,7 @@ from omegaconf import OmegaConf
 
 from protorl.cli import aggregate
 from protorl.logs.logger import EVAL_COLUMNS
-from protorl.results.aggregate import seed_curve
+from protorl.results.aggregate import curve_panel, seed_curve
 from protorl.results.records import COMPLETE, Record
 
 pytestmark = pytest.mark.slow  # the slow tier: this module runs protorl's commands or real training
@@ -190,6 +190,24 @@ def test_seed_curves_are_aligned_on_shared_frames():
     assert list(frames) == [0, 1000]
     np.testing.assert_allclose(mean, [2.0, 20.0])
     np.testing.assert_allclose(std, [2.0, 10.0])  # population std of two values: half their distance
+
+
+def test_drq_is_a_line_at_its_final_mean_unless_all_curves_are_asked_for():
+    """The paper's figures draw DrQ (no pre-training) as a reference line; --all-curves draws its curve."""
+    def record(agent: str, seed: int, values: list[float]) -> Record:
+        return Record(agent, agent, "walker_run", seed, np.array([0, 1000, 2000]), np.array(values), COMPLETE,
+                      Path(f"/{agent}{seed}"))
+
+    records = [record("proto", 1, [0.0, 10.0, 20.0]), record("proto", 2, [0.0, 20.0, 40.0]),
+               record("drq", 1, [0.0, 5.0, 100.0]), record("drq", 2, [0.0, 5.0, 200.0])]
+    colors = {"proto": "C0", "drq": "C1"}
+    panel = curve_panel("walker_run", records, colors, "return")
+    assert [c.label for c in panel.curves] == ["proto (2 seeds)"]
+    assert [(level.label, level.value) for level in panel.levels] == [("drq (final, 2 seeds)", 150.0)]
+    panel = curve_panel("walker_run", records, colors, "return", all_curves=True)
+    assert sorted(c.label for c in panel.curves) == ["drq (2 seeds)", "proto (2 seeds)"] and not panel.levels
+    drq = next(c for c in panel.curves if c.label.startswith("drq"))
+    assert list(drq.values) == [0.0, 5.0, 150.0]
 
 
 def test_figures_are_written_as_png_and_pdf(tmp_path):

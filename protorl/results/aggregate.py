@@ -111,16 +111,18 @@ def _pretrains(agent: str) -> bool:
     return cls.supports("pretrain") if pretrains is None else bool(pretrains)
 
 
-def curve_panel(task: str, complete: list[Record], colors: dict[str, str], ylabel: str) -> Panel:
-    """Mean ± std over seeds on their shared frames per method that pre-trains; per method that does not
-    (DrQ), its final mean as a dashed line."""
+def curve_panel(task: str, complete: list[Record], colors: dict[str, str], ylabel: str,
+                all_curves: bool = False) -> Panel:
+    """Mean ± std over seeds on their shared frames per method that pre-trains (or every method with
+    `all_curves`); per method that does not (DrQ), its final mean as a dashed line, as the paper's figures
+    draw DrQ."""
     by_method = defaultdict(list)
     for record in complete:
         if record.task == task:
-            by_method[record.method, _pretrains(record.agent)].append(record)
+            by_method[record.method, all_curves or _pretrains(record.agent)].append(record)
     curves, levels = [], []
-    for (method, pretrains), seeds in sorted(by_method.items()):
-        if pretrains:
+    for (method, as_curve), seeds in sorted(by_method.items()):
+        if as_curve:
             frames, mean, std = seed_curve(seeds)
             curves.append(Curve(frames, mean, f"{method} ({len(seeds)} seeds)", color=colors[method], spread=std))
         else:
@@ -154,9 +156,10 @@ def stopped_jobs(paths: list[Path], records: list) -> list[str]:
 
 
 def aggregate_runs(paths: list[Path], out: Path, group_by: list[str], reps: int = 2000, seed: int = 0,
-                   metric: Metric = RETURN, tasks: list[str] | None = None) -> str:
+                   metric: Metric = RETURN, tasks: list[str] | None = None, all_curves: bool = False) -> str:
     """Write the tables, statistics and plots of the runs under `paths` into `out`; returns the summary. `tasks`:
-    only the records of these tasks (default: all).
+    only the records of these tasks (default: all); `all_curves`: methods without pre-training drawn as curves
+    too, not as a line at their final mean.
 
     Symlinks: a run is read only if it stays inside the path it was found under, and its files only if they
     stay inside the run directory. One leading elsewhere (a run directory linked into a sweep, a config.yaml or
@@ -196,7 +199,8 @@ def aggregate_runs(paths: list[Path], out: Path, group_by: list[str], reps: int 
     else:
         rows = score_table(complete, metric)
         colors = {method: f"C{i}" for i, method in enumerate(sorted({r.method for r in complete}))}
-        panels = [curve_panel(task, complete, colors, metric.label) for task in sorted({r.task for r in complete})]
+        panels = [curve_panel(task, complete, colors, metric.label, all_curves)
+                  for task in sorted({r.task for r in complete})]
         written += write_scores(rows, out, metric) + plot_curves(panels, _png_pdf(out / "curves"))
         lines += ["", markdown_table(rows, metric), ""]
         lines.append(f"  rliable ({normalised}, {reps} bootstrap reps, numpy seed {seed}):")
