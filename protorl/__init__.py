@@ -2,7 +2,8 @@
 
 From Python: `protorl.pretrain`, `protorl.finetune`, `protorl.train` (`protorl.commands`) run what the commands
 run; `protorl.load_pretrained` (`protorl.pretrained`) reads a snapshot into a frozen encoder and actor, and
-`protorl.probe_snapshot` (`protorl.probe`) measures what its encoder knows of the physical state.
+`protorl.probe_snapshot` (`protorl.probe`) measures what its encoder knows of the physical state
+(`protorl.probe_snapshots` for several snapshots, sharing their frames).
 """
 
 import importlib
@@ -12,7 +13,8 @@ __version__ = version("protorl")  # one place: pyproject.toml, as installed
 
 _API = {"pretrain": "protorl.commands", "finetune": "protorl.commands", "train": "protorl.commands",
         "load_pretrained": "protorl.pretrained",
-        "probe_snapshot": "protorl.probe"}  # imported on first use: `import protorl` stays light
+        "probe_snapshot": "protorl.probe",
+        "probe_snapshots": "protorl.probe"}  # imported on first use: `import protorl` stays light
 
 
 def __getattr__(name: str):

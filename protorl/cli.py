@@ -236,30 +236,46 @@ def analyze(argv: list[str] | None = None) -> None:
 
 
 def probe(argv: list[str] | None = None) -> None:
-    """protorl-probe SNAPSHOT: what a frozen encoder knows, as the R^2 of a linear probe from its features to the
-    physical state, beside a randomly initialised encoder's and the observation's own."""
+    """protorl-probe SNAPSHOT [SNAPSHOT ...]: what a frozen encoder knows, as the R^2 of a linear probe from its
+    features to the physical state, beside a randomly initialised encoder's and the observation's own; for several
+    snapshots (seeds, methods), also their means across runs with 95% CIs."""
     import csv
 
     from protorl.errors import ProtorlError
-    from protorl.probe import probe_snapshot
+    from protorl.probe import probe_snapshots, summary_table
 
     parser = _ArgumentParser(prog="protorl-probe", description=probe.__doc__)
-    parser.add_argument("snapshot", type=Path, help="a pre-training snapshot (snapshot_<frames>.pt)")
+    parser.add_argument("snapshots", type=Path, nargs="+", metavar="snapshot",
+                        help="pre-training snapshots (snapshot_<frames>.pt)")
     parser.add_argument("--samples", type=int, default=4000, help="frames of the uniform-random policy (agent steps)")
     parser.add_argument("--seed", type=int, default=0, help="seed of the environment and the random policy")
     parser.add_argument("--init-seeds", type=int, nargs="*", default=[1, 2, 3],
                         help="seeds of the randomly initialised encoders shown for reference")
-    parser.add_argument("--csv", type=Path, help="also write the table to this CSV file")
+    parser.add_argument("--csv", type=Path, help="also write every snapshot's rows to this CSV file")
     args = parser.parse_args(argv)
     if args.samples < 20:
         _exit_with(f"--samples={args.samples}: at least 20 frames (a quarter of them are held out)")
+    missing = [str(path) for path in args.snapshots if not path.is_file()]
+    if missing:
+        _exit_with(f"no snapshot file at {', '.join(missing)}")
+    if len(args.snapshots) > 1:
+        from protorl.results.stats import require_rliable
+
+        try:
+            require_rliable()
+        except ProtorlError as error:
+            _exit_with(_one_line(error))
     try:
-        result = probe_snapshot(args.snapshot, args.samples, args.seed, args.init_seeds)
+        results = probe_snapshots(args.snapshots, args.samples, args.seed, args.init_seeds)
     except (ProtorlError, OSError) as error:
         _exit_with(_one_line(error))
-    print(result.table(), flush=True)
+    for path, result in zip(args.snapshots, results, strict=True):
+        print(f"{path}\n{result.table()}\n" if len(results) > 1 else result.table(), flush=True)
+    if len(results) > 1:
+        print(summary_table(results), flush=True)
     if args.csv is not None:
-        rows = result.csv_rows()
+        rows = [{"snapshot": str(path), **row} for path, result in zip(args.snapshots, results, strict=True)
+                for row in result.csv_rows()]
         with open(args.csv, "w", newline="") as file:
             writer = csv.DictWriter(file, fieldnames=list(rows[0]))
             writer.writeheader()

@@ -17,21 +17,24 @@ points a reader needs to tell learned features from an architecture's or the inp
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 import torch
 import torch.nn.functional as F
+from omegaconf import OmegaConf
 
 from protorl.agents.capabilities import Prototypes
 from protorl.envs import DMCEnv
 from protorl.pretrained import Pretrained, load_pretrained
+from protorl.sweep import agent_choice
 
 RIDGE_STRENGTHS = tuple(10.0**k for k in range(-4, 6))  # times N, on features of unit mean square
 CV_FOLDS = 5  # contiguous blocks of the fitted frames, each held out in turn to choose the ridge strengths
-EPISODE_STEPS = 50  # agent steps per episode of the random policy that collects the frames
+EPISODE_STEPS = 10  # agent steps per episode of the random policy that collects the frames: a random policy
+# barely moves a body in a few dozen steps, so the frames of an episode are nearly one sample of the start state
 
 
 @dataclass
@@ -78,50 +81,57 @@ def ridge_r2(features: np.ndarray, targets: np.ndarray, test_fraction: float = 0
     `1 - test_fraction` of the rows and scored on the rest; nan for a dimension constant on the scored rows. Each
     dimension's strength is the one with the least error over `CV_FOLDS` contiguous blocks of the fitted rows, each
     held out in turn."""
-    x = torch.as_tensor(features, dtype=torch.float64).flatten(1)
+    gram = _gram(features)  # (N, N): every fit below reads the features through it
     y = torch.as_tensor(targets, dtype=torch.float64)
-    split = int(len(x) * (1 - test_fraction))
-    fit_x, fit_y, test_x, test_y = x[:split], y[:split], x[split:], y[split:]
+    num_features = int(np.prod(features.shape[1:]))
+    fit, test = torch.arange(len(y)).tensor_split([int(len(y) * (1 - test_fraction))])
     validation = torch.zeros(len(RIDGE_STRENGTHS), y.shape[1], dtype=torch.float64)  # (K, S)
-    for block in torch.arange(split).chunk(CV_FOLDS):
-        kept = torch.ones(split, dtype=torch.bool)
-        kept[block] = False
-        fits = _ridge_fits(fit_x[kept], fit_y[kept], RIDGE_STRENGTHS)
-        validation += torch.stack([_squared_error(predict, fit_x[block], fit_y[block]) for predict in fits])
+    for block in fit.chunk(CV_FOLDS):
+        kept = fit[~torch.isin(fit, block)]
+        validation += _squared_errors(ridge_predictions(gram, kept, y[kept], block, num_features), y[block])
     best = validation.argmin(dim=0)  # each state dimension's own strength, (S,)
-    errors = torch.stack([_squared_error(predict, test_x, test_y)
-                          for predict in _ridge_fits(fit_x, fit_y, RIDGE_STRENGTHS)])  # (K, S)
+    errors = _squared_errors(ridge_predictions(gram, fit, y[fit], test, num_features), y[test])  # (K, S)
     error = errors.gather(0, best[None]).squeeze(0)  # (S,)
-    total = ((test_y - test_y.mean(dim=0)) ** 2).sum(dim=0)  # (S,)
+    total = ((y[test] - y[test].mean(dim=0)) ** 2).sum(dim=0)  # (S,)
     r2 = 1 - error / total
     return torch.where(total > 0, r2, torch.nan).numpy()
 
 
-def _ridge_fits(x: torch.Tensor, y: torch.Tensor, strengths: Sequence[float]
-                ) -> list[Callable[[torch.Tensor], torch.Tensor]]:
-    """Ridge regressions from features x (N, F), centred and divided by their overall RMS (one scale for all, so
-    that a feature nearly constant on these rows is not blown up), to targets y (N, S), one per strength (penalty
-    strength * N): their prediction functions (M, F) -> (M, S). One eigendecomposition, of X'X (F, F) or of XX'
-    (N, N) whichever is smaller, serves them all."""
-    mean = x.mean(dim=0)
-    scale = (x - mean).square().mean().sqrt().clamp(min=torch.finfo(x.dtype).tiny)
-    xs, y_mean = (x - mean) / scale, y.mean(dim=0)
-    centred = y - y_mean
-    primal = xs.shape[1] <= xs.shape[0]
-    eigenvalues, eigenvectors = torch.linalg.eigh(xs.T @ xs if primal else xs @ xs.T)
-    rotated = eigenvectors.T @ (xs.T @ centred if primal else centred)  # (F or N, S)
-    fits = []
-    for strength in strengths:
-        solved = eigenvectors @ (rotated / (eigenvalues.clamp(min=0) + strength * len(x))[:, None])
-        weights = solved if primal else xs.T @ solved  # (F, S)
-        fits.append(lambda new, w=weights: ((new - mean) / scale) @ w + y_mean)
-    return fits
+def ridge_predictions(gram: torch.Tensor, rows: torch.Tensor, y: torch.Tensor, new: torch.Tensor,
+                      num_features: int, strengths: Sequence[float] = RIDGE_STRENGTHS) -> torch.Tensor:
+    """The predictions (K, M, S) for the `new` rows (M,) of ridge regressions fit on `rows` (n,) with targets
+    y (n, S), one per strength (penalty strength * n), from the Gram matrix (N, N) of all rows' features.
+
+    The features are centred on `rows` and divided by their overall RMS there (one scale for all, so that a feature
+    nearly constant on these rows is not blown up); the regression is solved in its dual form, one
+    eigendecomposition of the rows' centred Gram matrix (n, n) serving every strength."""
+    inner = gram[rows][:, rows]  # (n, n)
+    row_means, mean = inner.mean(dim=1), inner.mean()
+    centred = inner - row_means[:, None] - row_means[None, :] + mean  # (x_i - m) . (x_j - m)
+    scale = (centred.diagonal().sum() / (len(rows) * num_features)).clamp(min=torch.finfo(gram.dtype).tiny)
+    eigenvalues, eigenvectors = torch.linalg.eigh(centred / scale)
+    y_mean = y.mean(dim=0)
+    rotated = eigenvectors.T @ (y - y_mean)  # (n, S)
+    cross = gram[new][:, rows]  # (M, n)
+    cross = (cross - cross.mean(dim=1, keepdim=True) - row_means[None, :] + mean) / scale
+    penalties = torch.as_tensor(strengths, dtype=gram.dtype) * len(rows)  # (K,)
+    duals = eigenvectors @ (rotated / (eigenvalues.clamp(min=0)[None, :, None] + penalties[:, None, None]))
+    return cross @ duals + y_mean  # (K, M, S)
 
 
-def _squared_error(predict: Callable[[torch.Tensor], torch.Tensor], x: torch.Tensor, y: torch.Tensor
-                   ) -> torch.Tensor:
-    """The summed squared error per target dimension (S,) of `predict` on x (M, F) against y (M, S)."""
-    return ((predict(x) - y) ** 2).sum(dim=0)
+def _gram(features: np.ndarray, block: int = 4096) -> torch.Tensor:
+    """X X' (N, N) in float64 of features (N, ...) flattened, accumulated over blocks of `block` features."""
+    x = torch.as_tensor(features).flatten(1)
+    gram = torch.zeros(len(x), len(x), dtype=torch.float64)
+    for columns in x.split(block, dim=1):
+        columns = columns.double()
+        gram += columns @ columns.T
+    return gram
+
+
+def _squared_errors(predictions: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    """The summed squared error per strength and target dimension (K, S) of predictions (K, M, S) against y (M, S)."""
+    return ((predictions - y) ** 2).sum(dim=1)
 
 
 def pooled(obs: np.ndarray, pool: int) -> np.ndarray:
@@ -152,12 +162,15 @@ def randomly_initialised(pretrained: Pretrained, seed: int) -> Pretrained:
 
 @dataclass
 class ProbeResult:
-    """R^2 per state dimension for each kind of features (rows), on `samples` frames of `task`."""
+    """R^2 per state dimension for each kind of features (rows), on `samples` frames of `task`, for the snapshot
+    of `method` (the agent config it was pre-trained with, e.g. proto_paper) after `frames` pre-training frames."""
 
     task: str
     samples: int
     seed: int
     state_names: list[str]
+    method: str = ""
+    frames: int = 0
     rows: dict[str, np.ndarray] = dataclasses.field(default_factory=dict)  # features -> R^2 (S,)
 
     def mean(self, features: str) -> float:
@@ -175,8 +188,8 @@ class ProbeResult:
         return "\n".join(lines)
 
     def csv_rows(self) -> list[dict[str, str | float]]:
-        """One dict per features: `features`, `r2_mean` and `r2/<state dimension>`."""
-        return [{"features": name, "r2_mean": self.mean(name),
+        """One dict per features: `method`, `pretrain_frames`, `features`, `r2_mean` and `r2/<state dimension>`."""
+        return [{"method": self.method, "pretrain_frames": self.frames, "features": name, "r2_mean": self.mean(name),
                  **{f"r2/{dim}": float(v) for dim, v in zip(self.state_names, r2, strict=True)}}
                 for name, r2 in self.rows.items()]
 
@@ -186,24 +199,91 @@ def probe_snapshot(path: str | Path, samples: int = 4000, seed: int = 0, init_se
     """The linear state probe of a pre-training snapshot (module docstring): its encoder, its projections
     (Proto-RL), randomly initialised encoders of the same architecture (`init_seeds`) and the pooled observations,
     on `samples` frames of its pre-training task collected with `seed`."""
-    pretrained = load_pretrained(path, device)
-    config = pretrained.config
-    task = config.get("pretrain_env") or config["env"]
-    spec = pretrained.env_spec
-    frames = collect_frames(task, samples, seed, obs=spec["obs_type"], image_size=config["image_size"],
-                            frame_stack=config["frame_stack"], action_repeat=spec["action_repeat"],
-                            camera_id=config.get("camera_id"))
-    result = ProbeResult(task, samples, seed, frames.state_names)
+    (result,) = probe_snapshots([path], samples, seed, init_seeds, pool, test_fraction, device)
+    return result
+
+
+def probe_snapshots(paths: Sequence[str | Path], samples: int = 4000, seed: int = 0,
+                    init_seeds: Sequence[int] = (1, 2, 3), pool: int = 16, test_fraction: float = 0.25,
+                    device: str | torch.device = "auto") -> list[ProbeResult]:
+    """`probe_snapshot` of each snapshot, in order; snapshots of the same task and observation settings share
+    their frames (collected once). `summary_table` sums them up across seeds."""
+    frames_by_settings: dict[tuple, ProbeFrames] = {}
+    results = []
+    for path in paths:
+        pretrained = load_pretrained(path, device)
+        config, spec = pretrained.config, pretrained.env_spec
+        task = config.get("pretrain_env") or config["env"]
+        settings = (task, spec["obs_type"], config["image_size"], config["frame_stack"], spec["action_repeat"],
+                    config.get("camera_id"))
+        if settings not in frames_by_settings:
+            frames_by_settings[settings] = collect_frames(
+                task, samples, seed, obs=spec["obs_type"], image_size=config["image_size"],
+                frame_stack=config["frame_stack"], action_repeat=spec["action_repeat"],
+                camera_id=config.get("camera_id"))
+        frames = frames_by_settings[settings]
+        results.append(ProbeResult(task, samples, seed, frames.state_names, snapshot_method(Path(path), config),
+                                   pretrained.frames, probe_rows(pretrained, frames, init_seeds, pool, test_fraction)))
+    return results
+
+
+def probe_rows(pretrained: Pretrained, frames: ProbeFrames, init_seeds: Sequence[int], pool: int,
+               test_fraction: float) -> dict[str, np.ndarray]:
+    """Each kind of features of `probe_snapshot` -> its R^2 per state dimension (S,) on `frames`."""
 
     def probe(features: np.ndarray) -> np.ndarray:
         return ridge_r2(features, frames.states, test_fraction)
 
-    result.rows[f"encoder ({pretrained.frames} frames)"] = probe(encoded(pretrained, frames.obs))
+    rows = {f"encoder ({pretrained.frames} frames)": probe(encoded(pretrained, frames.obs))}
     if isinstance(pretrained.agent, Prototypes):
-        result.rows[f"projection ({pretrained.frames} frames)"] = probe(encoded(pretrained, frames.obs, project=True))
+        rows[f"projection ({pretrained.frames} frames)"] = probe(encoded(pretrained, frames.obs, project=True))
     for init_seed in init_seeds:
-        result.rows[f"random encoder (init seed {init_seed})"] = probe(
+        rows[f"random encoder (init seed {init_seed})"] = probe(
             encoded(randomly_initialised(pretrained, init_seed), frames.obs))
-    result.rows["observation" + (f" (pooled {pool}x{pool})" if frames.obs.ndim > 2 else "")] = probe(
+    rows["observation" + (f" (pooled {pool}x{pool})" if frames.obs.ndim > 2 else "")] = probe(
         pooled(frames.obs, pool))
-    return result
+    return rows
+
+
+def snapshot_method(path: Path, config: dict) -> str:
+    """The agent config a snapshot's run was started with (`proto_paper`, `proto`, ...) when the snapshot lies in
+    its run directory (`<run>/pretrain/snapshots/`), else its agent's name."""
+    run_dir = path.resolve().parent.parent.parent
+    if path.resolve().parent.name == "snapshots" and (run_dir / "config.yaml").is_file():
+        return agent_choice(run_dir, OmegaConf.create(config))
+    return str(config["agent"]["name"])
+
+
+def summary_groups(results: Sequence[ProbeResult]) -> dict[str, np.ndarray]:
+    """Each kind of features across the snapshots -> its mean R^2 per snapshot (runs,): a method's encoder and
+    projections after F frames, each method's randomly initialised encoders (one value per init seed) and the
+    observations (one value per task's frames)."""
+    groups: dict[str, dict[tuple, float]] = {}
+    for index, result in enumerate(results):
+        for name in result.rows:
+            if name.startswith("random encoder"):
+                key, run = f"{result.method} random encoder", (result.task, name)  # the same for every seed's run
+            elif name.startswith("observation"):
+                key, run = f"{name} of {result.task}", (result.task,)
+            else:
+                key, run = f"{result.method} {name}", (index,)
+            groups.setdefault(key, {})[run] = result.mean(name)
+    return {key: np.array(list(runs.values())) for key, runs in groups.items()}
+
+
+def summary_table(results: Sequence[ProbeResult], reps: int = 2000) -> str:
+    """Per kind of features across the snapshots (`summary_groups`): the mean R^2 over runs, rliable's 95%
+    bootstrap CI of it, and each run's value."""
+    from protorl.results.stats import METRICS, interval_estimates, require_rliable
+
+    require_rliable()
+    groups = summary_groups(results)
+    points, intervals = interval_estimates({key: values[:, None] for key, values in groups.items()}, reps)
+    width, metric = max(len(key) for key in groups), list(METRICS).index("Mean")
+    lines = [f"mean R^2 across runs (95% bootstrap CI over runs, {reps} resamples)",
+             f"{'features':<{width}}  {'runs':>4}  {'mean':>6}  {'95% CI':>16}  per run"]
+    for key, values in groups.items():
+        mean, (low, high) = points[key][metric], intervals[key][:, metric]
+        lines.append(f"{key:<{width}}  {len(values):>4}  {mean:6.3f}  [{low:6.3f}, {high:6.3f}]  "
+                     + " ".join(f"{v:.3f}" for v in values))
+    return "\n".join(lines)

@@ -8,9 +8,10 @@ import sys
 
 import numpy as np
 import pytest
+import torch
 
 import protorl
-from protorl.probe import collect_frames, ridge_r2
+from protorl.probe import ProbeResult, collect_frames, ridge_predictions, ridge_r2, summary_groups, summary_table
 from tests.agents import tiny
 from tests.runs import TIMEOUT_S, assert_user_error, environment, read_csv, read_rows
 
@@ -23,6 +24,26 @@ def test_the_probe_recovers_a_linear_map(num_features):
     features = state @ rng.normal(size=(5, num_features)) + 0.01 * rng.normal(size=(400, num_features))
     targets = state @ rng.normal(size=(5, 3))
     assert ridge_r2(features, targets) == pytest.approx(np.ones(3), abs=0.02)
+
+
+@pytest.mark.parametrize("num_features", [20, 600])
+def test_the_dual_solve_is_the_textbook_ridge_regression(num_features):
+    """Each strength's predictions equal the primal solution w = (X'X + k n I)^-1 X'y on features centred on the
+    fitted rows and divided by their RMS there, with the targets' mean added back."""
+    rng = np.random.default_rng(3)
+    features = rng.normal(size=(300, num_features)) + rng.normal(size=num_features)  # features off centre
+    targets = rng.normal(size=(300, 2))
+    rows, new = torch.arange(200), torch.arange(200, 300)
+    x = torch.as_tensor(features)
+    strengths = (1e-3, 1.0, 100.0)
+    predictions = ridge_predictions(x @ x.T, rows, torch.as_tensor(targets[:200]), new, num_features, strengths)
+    mean = features[:200].mean(axis=0)
+    scale = np.sqrt(((features[:200] - mean) ** 2).mean())
+    fit_x, new_x = (features[:200] - mean) / scale, (features[200:] - mean) / scale
+    for strength, prediction in zip(strengths, predictions, strict=True):
+        weights = np.linalg.solve(fit_x.T @ fit_x + strength * 200 * np.eye(num_features),
+                                  fit_x.T @ (targets[:200] - targets[:200].mean(axis=0)))
+        assert prediction.numpy() == pytest.approx(new_x @ weights + targets[:200].mean(axis=0), abs=1e-8)
 
 
 def test_the_probe_scores_noise_near_zero():
@@ -49,6 +70,44 @@ def test_the_frames_are_the_same_for_a_seed_and_hold_the_points_position():
     assert np.allclose(first.obs[:, :2], first.states[:, :2])  # from states the observation starts with x, y
 
 
+@pytest.mark.parametrize("seed", [0, 3])
+def test_the_held_out_frames_come_from_the_fitted_frames_distribution(seed):
+    """The scored quarter of the frames is not a few starting points of its own: its mean position is within a
+    quarter of the fitted frames' spread of theirs (a random policy barely moves the point in an episode)."""
+    positions = collect_frames("point_mass_maze_explore", 2000, seed=seed).states[:, :2]
+    fitted, held_out = positions[:1500], positions[1500:]
+    assert np.all(np.abs(held_out.mean(axis=0) - fitted.mean(axis=0)) < 0.25 * fitted.std(axis=0))
+
+
+def probe_result(method: str, encoder_r2: float, random_r2: list[float], task: str = "maze") -> ProbeResult:
+    """A snapshot's probe with one state dimension: its encoder's R^2, its random encoders' (one per init seed)."""
+    result = ProbeResult(task, 100, 0, ["position x"], method, 8000)
+    result.rows["encoder (8000 frames)"] = np.array([encoder_r2])
+    for init_seed, r2 in enumerate(random_r2, start=1):
+        result.rows[f"random encoder (init seed {init_seed})"] = np.array([r2])
+    result.rows["observation (pooled 16x16)"] = np.array([0.5])
+    return result
+
+
+def test_the_summary_counts_each_run_once():
+    """Seeds of a method are its runs; its random encoders count once per init seed however many snapshots
+    share them, and the observations once per task's frames."""
+    results = [probe_result("proto", r2, [0.1, 0.2]) for r2 in (0.6, 0.7, 0.8)]
+    results += [probe_result("random", r2, [0.1, 0.3]) for r2 in (0.2, 0.4, 0.6)]
+    groups = summary_groups(results)
+    assert list(groups) == ["proto encoder (8000 frames)", "proto random encoder", "observation (pooled 16x16) of maze",
+                            "random encoder (8000 frames)", "random random encoder"]
+    assert groups["proto encoder (8000 frames)"] == pytest.approx([0.6, 0.7, 0.8])
+    assert groups["proto random encoder"] == pytest.approx([0.1, 0.2])
+    assert groups["random random encoder"] == pytest.approx([0.1, 0.3])
+    assert groups["observation (pooled 16x16) of maze"] == pytest.approx([0.5])
+    table = summary_table(results, reps=200)
+    line = next(line for line in table.splitlines() if line.startswith("proto encoder"))
+    mean, low, high = (float(v) for v in line.split("]")[0].replace("[", " ").replace(",", " ").split()[-3:])
+    assert mean == pytest.approx(0.7, abs=1e-3) and 0.6 - 1e-9 <= low <= mean <= high <= 0.8 + 1e-9
+    assert line.endswith("0.600 0.700 0.800")
+
+
 @pytest.fixture(scope="module")
 def snapshot(tmp_path_factory):
     """The snapshot of a tiny Proto-RL pre-training of the U-maze from states."""
@@ -70,6 +129,16 @@ def test_a_snapshots_probe_is_deterministic_and_has_its_reference_rows(snapshot)
 
 
 @pytest.mark.slow
+def test_snapshots_probed_together_share_their_frames_and_score_as_alone(snapshot):
+    together = protorl.probe_snapshots([snapshot, snapshot], samples=300, seed=0, init_seeds=(1,))
+    alone = protorl.probe_snapshot(snapshot, samples=300, seed=0, init_seeds=(1,))
+    for result in together:
+        assert result.method == "proto" and result.frames == 2000
+        assert list(result.rows) == list(alone.rows)
+        assert all(np.array_equal(result.rows[name], alone.rows[name]) for name in alone.rows)
+
+
+@pytest.mark.slow
 def test_the_command_prints_the_table_and_refuses_a_bad_snapshot(snapshot, tmp_path):
     def probe(*args: str) -> subprocess.CompletedProcess:
         return subprocess.run([sys.executable, "-c", "from protorl.cli import probe; probe()", *args],
@@ -79,8 +148,19 @@ def test_the_command_prints_the_table_and_refuses_a_bad_snapshot(snapshot, tmp_p
     assert result.returncode == 0, result.stderr
     assert "linear state probe on 200 frames of point_mass_maze_explore" in result.stdout
     assert "random encoder (init seed 1)" in result.stdout
-    assert (tmp_path / "probe.csv").read_text().startswith("features,r2_mean,r2/position root_x")
+    assert (tmp_path / "probe.csv").read_text().startswith(
+        "snapshot,method,pretrain_frames,features,r2_mean,r2/position root_x")
     assert_user_error(probe(str(tmp_path / "missing.pt")), "missing.pt")
+
+    several = probe(str(snapshot), str(snapshot), "--samples", "200", "--init-seeds", "1", "--csv",
+                    str(tmp_path / "two.csv"))
+    assert several.returncode == 0, several.stderr
+    assert several.stdout.count("linear state probe on 200 frames") == 2
+    assert "mean R^2 across runs" in several.stdout and "proto encoder (2000 frames)" in several.stdout
+    assert len((tmp_path / "two.csv").read_text().splitlines()) == 1 + 2 * 4  # 4 rows per snapshot
+    refused = probe(str(snapshot), str(tmp_path / "gone.pt"), "--csv", str(tmp_path / "none.csv"))
+    assert_user_error(refused, "gone.pt")
+    assert not (tmp_path / "none.csv").exists()
 
 
 @pytest.mark.slow
