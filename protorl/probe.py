@@ -255,20 +255,29 @@ def snapshot_method(path: Path, config: dict) -> str:
 
 
 def summary_groups(results: Sequence[ProbeResult]) -> dict[str, np.ndarray]:
-    """Each kind of features across the snapshots -> its mean R^2 per snapshot (runs,): a method's encoder and
-    projections after F frames, each method's randomly initialised encoders (one value per init seed) and the
-    observations (one value per task's frames)."""
-    groups: dict[str, dict[tuple, float]] = {}
-    for index, result in enumerate(results):
+    """Each kind of features across the snapshots -> its mean R^2 per run (runs,), in this order: each method's
+    encoder and projections after F frames (a run per snapshot); the randomly initialised encoders (a run per
+    init seed, counted once however many snapshots share it; one group per method, methods whose random encoders
+    score alike sharing one); the observations (one run per task's frames)."""
+    learned: dict[str, list[float]] = {}
+    random: dict[str, dict[tuple, float]] = {}
+    observed: dict[str, dict[tuple, float]] = {}
+    for result in results:
         for name in result.rows:
             if name.startswith("random encoder"):
-                key, run = f"{result.method} random encoder", (result.task, name)  # the same for every seed's run
+                random.setdefault(result.method, {})[(result.task, name)] = result.mean(name)
             elif name.startswith("observation"):
-                key, run = f"{name} of {result.task}", (result.task,)
+                observed.setdefault(f"{name} of {result.task}", {})[(result.task,)] = result.mean(name)
             else:
-                key, run = f"{result.method} {name}", (index,)
-            groups.setdefault(key, {})[run] = result.mean(name)
-    return {key: np.array(list(runs.values())) for key, runs in groups.items()}
+                learned.setdefault(f"{result.method}: {name}", []).append(result.mean(name))
+    alike: dict[tuple, list[str]] = {}  # the random encoders' values -> the methods that have them
+    for method, runs in random.items():
+        alike.setdefault(tuple(sorted(runs.items())), []).append(method)
+    groups = {key: np.array(values) for key, values in learned.items()}
+    for runs, methods in alike.items():
+        groups[f"randomly initialised encoder ({', '.join(methods)})"] = np.array([value for _, value in runs])
+    groups.update({key: np.array(list(runs.values())) for key, runs in observed.items()})
+    return groups
 
 
 def summary_table(results: Sequence[ProbeResult], reps: int = 2000) -> str:

@@ -90,19 +90,20 @@ def probe_result(method: str, encoder_r2: float, random_r2: list[float], task: s
 
 
 def test_the_summary_counts_each_run_once():
-    """Seeds of a method are its runs; its random encoders count once per init seed however many snapshots
-    share them, and the observations once per task's frames."""
+    """Seeds of a method are its runs; random encoders count once per init seed however many snapshots share
+    them (methods whose random encoders score alike share a row), and the observations once per task's frames."""
     results = [probe_result("proto", r2, [0.1, 0.2]) for r2 in (0.6, 0.7, 0.8)]
-    results += [probe_result("random", r2, [0.1, 0.3]) for r2 in (0.2, 0.4, 0.6)]
+    results += [probe_result("proto_paper", 0.5, [0.1, 0.2]), probe_result("random", 0.4, [0.1, 0.3])]
     groups = summary_groups(results)
-    assert list(groups) == ["proto encoder (8000 frames)", "proto random encoder", "observation (pooled 16x16) of maze",
-                            "random encoder (8000 frames)", "random random encoder"]
-    assert groups["proto encoder (8000 frames)"] == pytest.approx([0.6, 0.7, 0.8])
-    assert groups["proto random encoder"] == pytest.approx([0.1, 0.2])
-    assert groups["random random encoder"] == pytest.approx([0.1, 0.3])
+    assert list(groups) == ["proto: encoder (8000 frames)", "proto_paper: encoder (8000 frames)",
+                            "random: encoder (8000 frames)", "randomly initialised encoder (proto, proto_paper)",
+                            "randomly initialised encoder (random)", "observation (pooled 16x16) of maze"]
+    assert groups["proto: encoder (8000 frames)"] == pytest.approx([0.6, 0.7, 0.8])
+    assert groups["randomly initialised encoder (proto, proto_paper)"] == pytest.approx([0.1, 0.2])
+    assert groups["randomly initialised encoder (random)"] == pytest.approx([0.1, 0.3])
     assert groups["observation (pooled 16x16) of maze"] == pytest.approx([0.5])
     table = summary_table(results, reps=200)
-    line = next(line for line in table.splitlines() if line.startswith("proto encoder"))
+    line = next(line for line in table.splitlines() if line.startswith("proto: encoder"))
     mean, low, high = (float(v) for v in line.split("]")[0].replace("[", " ").replace(",", " ").split()[-3:])
     assert mean == pytest.approx(0.7, abs=1e-3) and 0.6 - 1e-9 <= low <= mean <= high <= 0.8 + 1e-9
     assert line.endswith("0.600 0.700 0.800")
@@ -156,7 +157,7 @@ def test_the_command_prints_the_table_and_refuses_a_bad_snapshot(snapshot, tmp_p
                     str(tmp_path / "two.csv"))
     assert several.returncode == 0, several.stderr
     assert several.stdout.count("linear state probe on 200 frames") == 2
-    assert "mean R^2 across runs" in several.stdout and "proto encoder (2000 frames)" in several.stdout
+    assert "mean R^2 across runs" in several.stdout and "proto: encoder (2000 frames)" in several.stdout
     assert len((tmp_path / "two.csv").read_text().splitlines()) == 1 + 2 * 4  # 4 rows per snapshot
     refused = probe(str(snapshot), str(tmp_path / "gone.pt"), "--csv", str(tmp_path / "none.csv"))
     assert_user_error(refused, "gone.pt")

@@ -142,7 +142,7 @@ def test_every_experiment_preset_composes_to_a_valid_sweep(name):
             assert config.agent.batch_size == 32 and config.pretrain_frames <= 40_000
             if name.startswith("maze_downstream"):  # the main job's fine-tuning
                 assert config.finetune_frames <= 10_000 and config.obs == "states"
-        elif name == "maze_pixels_probe":  # the state probe from pixels at a CPU budget
+        elif name.endswith("_pixels_probe"):  # the state probe from pixels at a CPU budget
             assert config.agent.batch_size == 32 and config.obs == "pixels" and config.probe_samples is not None
             assert config.pretrain_frames <= 10_000
         elif name.startswith("maze_far"):  # the main job's settings, longer: targets outside the start room
