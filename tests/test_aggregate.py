@@ -151,6 +151,16 @@ def test_one_record_per_finetune_task_and_sweep_discovery(tmp_path):
     assert "proto: seeds 1, 2 x tasks walker_run, walker_stand, walker_walk" in summary  # seed 3 lacks two tasks
 
 
+def test_a_fine_tuning_without_pretraining_is_its_own_method_on_the_same_task(tmp_path):
+    """`finetune_scratch_<task>` (compare_without_pretraining) is scored on <task>, as another method."""
+    for seed in (1, 2):
+        make_run(tmp_path / f"run{seed}", seed=seed, curves={"finetune_walker_run": [(2000, 300.0 + seed)],
+                                                             "finetune_scratch_walker_run": [(2000, 100.0 + seed)]})
+    run_aggregate([tmp_path / f"run{seed}" for seed in (1, 2)], tmp_path / "out")
+    rows = {(row["method"], row["task"]): float(row["mean"]) for row in read_rows(tmp_path / "out" / "scores.csv")}
+    assert rows == {("proto", "walker_run"): 301.5, ("proto without pre-training", "walker_run"): 101.5}
+
+
 def test_missing_seed_and_incomplete_runs_are_named(tmp_path):
     for seed in (1, 2, 3):
         make_run(tmp_path / f"proto_{seed}", seed=seed, curves=final_curve(100.0 * seed),

@@ -2,7 +2,8 @@
 
 A record is one phase of one run (downstream, or pre-training with `--metric`): its curve of a metric over
 frames, complete (values and `result.json`), running or stopped (values, no `result.json`) or with no
-evaluation yet.
+evaluation yet. A fine-tuning without pre-training (`compare_without_pretraining`: `finetune_scratch_<task>/`) is a
+record of its task under the run's method label followed by "without pre-training".
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from pathlib import Path
 import numpy as np
 from omegaconf import DictConfig, OmegaConf
 
+from protorl.config import SCRATCH_PREFIX, scratch_dir_name
 from protorl.errors import ResultsError
 from protorl.results.io import read_csv, read_result, series
 from protorl.results.paths import inside
@@ -27,6 +29,7 @@ from protorl.sweep import agent_choice
 # 1000 for the suite's tasks, the maze and the walker set; 250 for Reach Duplo (appendix C.1). Dividing by
 # that maps scores to [0, 1] for rliable's aggregates and performance profiles.
 DMC_MAX_RETURN = 1000.0
+WITHOUT_PRETRAINING = "without pre-training"  # the method label's suffix for `finetune_scratch_<task>` runs
 COMPLETE, RUNNING, NOT_EVALUATED = "complete", "running or stopped", "no evaluation yet"
 
 
@@ -151,7 +154,8 @@ def phases(run_dir: Path, cfg: DictConfig, metric: Metric) -> list[tuple[Path, s
     """(phase directory, task) pairs of the run that `metric` reads."""
     if not metric.downstream:
         return [(run_dir / "pretrain", cfg.get("pretrain_env") or cfg.env)] if (run_dir / "pretrain").is_dir() else []
-    return [(phase, cfg.env if phase.name == "finetune" else phase.name.removeprefix("finetune_"))
+    return [(phase, cfg.env if phase.name == "finetune" else
+             phase.name.removeprefix("finetune_").removeprefix(SCRATCH_PREFIX))
             for phase in sorted(run_dir.glob("finetune*"))
             if phase.is_dir() and (phase.name == "finetune" or phase.name.startswith("finetune_"))]
 
@@ -167,7 +171,8 @@ def read_records(run_dir: Path, group_by: list[str], metric: Metric = RETURN) ->
         frames, values = read_curve(inside(phase / metric.csv_name, run_dir), metric.column)
         inside(phase / "result.json", run_dir)
         status = NOT_EVALUATED if not len(frames) else COMPLETE if read_result(phase) is not None else RUNNING
-        records.append(Record(method, str(cfg.agent.name), task, int(cfg.seed), frames, values, status, phase))
+        label = f"{method} {WITHOUT_PRETRAINING}" if phase.name == scratch_dir_name(task) else method
+        records.append(Record(label, str(cfg.agent.name), task, int(cfg.seed), frames, values, status, phase))
     return records
 
 
