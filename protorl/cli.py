@@ -258,6 +258,8 @@ def probe(argv: list[str] | None = None) -> None:
     missing = [str(path) for path in args.snapshots if not path.is_file()]
     if missing:
         _exit_with(f"no snapshot file at {', '.join(missing)}")
+    if args.csv is not None and (args.csv.is_dir() or not args.csv.parent.is_dir()):
+        _exit_with(f"--csv {args.csv}: not a file in an existing directory")
     if len(args.snapshots) > 1:
         from protorl.results.stats import require_rliable
 
@@ -276,8 +278,9 @@ def probe(argv: list[str] | None = None) -> None:
     if args.csv is not None:
         rows = [{"snapshot": str(path), **row} for path, result in zip(args.snapshots, results, strict=True)
                 for row in result.csv_rows()]
+        columns = list(dict.fromkeys(column for row in rows for column in row))  # tasks differ in their states
         with open(args.csv, "w", newline="") as file:
-            writer = csv.DictWriter(file, fieldnames=list(rows[0]))
+            writer = csv.DictWriter(file, fieldnames=columns)
             writer.writeheader()
             writer.writerows(rows)
 

@@ -81,7 +81,7 @@ def ridge_r2(features: np.ndarray, targets: np.ndarray, test_fraction: float = 0
     `1 - test_fraction` of the rows and scored on the rest; nan for a dimension constant on the scored rows. Each
     dimension's strength is the one with the least error over `CV_FOLDS` contiguous blocks of the fitted rows, each
     held out in turn."""
-    gram = _gram(features)  # (N, N): every fit below reads the features through it
+    gram = gram_matrix(features)  # (N, N): every fit below reads the features through it
     y = torch.as_tensor(targets, dtype=torch.float64)
     num_features = int(np.prod(features.shape[1:]))
     fit, test = torch.arange(len(y)).tensor_split([int(len(y) * (1 - test_fraction))])
@@ -97,34 +97,37 @@ def ridge_r2(features: np.ndarray, targets: np.ndarray, test_fraction: float = 0
     return torch.where(total > 0, r2, torch.nan).numpy()
 
 
-def ridge_predictions(gram: torch.Tensor, rows: torch.Tensor, y: torch.Tensor, new: torch.Tensor,
+def ridge_predictions(gram: torch.Tensor, fit_rows: torch.Tensor, y: torch.Tensor, new_rows: torch.Tensor,
                       num_features: int, strengths: Sequence[float] = RIDGE_STRENGTHS) -> torch.Tensor:
-    """The predictions (K, M, S) for the `new` rows (M,) of ridge regressions fit on `rows` (n,) with targets
+    """The predictions (K, M, S) for `new_rows` (M,) of ridge regressions fit on `fit_rows` (n,) with targets
     y (n, S), one per strength (penalty strength * n), from the Gram matrix (N, N) of all rows' features.
 
     The features are centred on `rows` and divided by their overall RMS there (one scale for all, so that a feature
     nearly constant on these rows is not blown up); the regression is solved in its dual form, one
     eigendecomposition of the rows' centred Gram matrix (n, n) serving every strength."""
-    inner = gram[rows][:, rows]  # (n, n)
+    inner = gram[fit_rows][:, fit_rows]  # (n, n)
     row_means, mean = inner.mean(dim=1), inner.mean()
     centred = inner - row_means[:, None] - row_means[None, :] + mean  # (x_i - m) . (x_j - m)
-    scale = (centred.diagonal().sum() / (len(rows) * num_features)).clamp(min=torch.finfo(gram.dtype).tiny)
-    eigenvalues, eigenvectors = torch.linalg.eigh(centred / scale)
+    mean_square = (centred.diagonal().sum() / (len(fit_rows) * num_features)).clamp(min=torch.finfo(gram.dtype).tiny)
+    eigenvalues, eigenvectors = torch.linalg.eigh(centred / mean_square)
     y_mean = y.mean(dim=0)
     rotated = eigenvectors.T @ (y - y_mean)  # (n, S)
-    cross = gram[new][:, rows]  # (M, n)
-    cross = (cross - cross.mean(dim=1, keepdim=True) - row_means[None, :] + mean) / scale
-    penalties = torch.as_tensor(strengths, dtype=gram.dtype) * len(rows)  # (K,)
+    cross = gram[new_rows][:, fit_rows]  # (M, n)
+    cross = (cross - cross.mean(dim=1, keepdim=True) - row_means[None, :] + mean) / mean_square
+    penalties = torch.as_tensor(strengths, dtype=gram.dtype) * len(fit_rows)  # (K,)
     duals = eigenvectors @ (rotated / (eigenvalues.clamp(min=0)[None, :, None] + penalties[:, None, None]))
     return cross @ duals + y_mean  # (K, M, S)
 
 
-def _gram(features: np.ndarray, block: int = 4096) -> torch.Tensor:
-    """X X' (N, N) in float64 of features (N, ...) flattened, accumulated over blocks of `block` features."""
+def gram_matrix(features: np.ndarray, block: int = 4096) -> torch.Tensor:
+    """X X' (N, N) in float64 of features (N, ...) flattened and centred on all N rows (a shift common to every
+    row changes no ridge fit, and keeps the centring on a fit's rows from cancelling digits), accumulated over
+    blocks of `block` features."""
     x = torch.as_tensor(features).flatten(1)
     gram = torch.zeros(len(x), len(x), dtype=torch.float64)
     for columns in x.split(block, dim=1):
         columns = columns.double()
+        columns = columns - columns.mean(dim=0)
         gram += columns @ columns.T
     return gram
 
@@ -163,14 +166,14 @@ def randomly_initialised(pretrained: Pretrained, seed: int) -> Pretrained:
 @dataclass
 class ProbeResult:
     """R^2 per state dimension for each kind of features (rows), on `samples` frames of `task`, for the snapshot
-    of `method` (the agent config it was pre-trained with, e.g. proto_paper) after `frames` pre-training frames."""
+    of `method` (the agent config it was pre-trained with, e.g. proto_paper) after `pretrain_frames` frames."""
 
     task: str
     samples: int
     seed: int
     state_names: list[str]
     method: str = ""
-    frames: int = 0
+    pretrain_frames: int = 0
     rows: dict[str, np.ndarray] = dataclasses.field(default_factory=dict)  # features -> R^2 (S,)
 
     def mean(self, features: str) -> float:
@@ -189,7 +192,8 @@ class ProbeResult:
 
     def csv_rows(self) -> list[dict[str, str | float]]:
         """One dict per features: `method`, `pretrain_frames`, `features`, `r2_mean` and `r2/<state dimension>`."""
-        return [{"method": self.method, "pretrain_frames": self.frames, "features": name, "r2_mean": self.mean(name),
+        return [{"method": self.method, "pretrain_frames": self.pretrain_frames, "features": name,
+                 "r2_mean": self.mean(name),
                  **{f"r2/{dim}": float(v) for dim, v in zip(self.state_names, r2, strict=True)}}
                 for name, r2 in self.rows.items()]
 
@@ -207,22 +211,21 @@ def probe_snapshots(paths: Sequence[str | Path], samples: int = 4000, seed: int 
                     init_seeds: Sequence[int] = (1, 2, 3), pool: int = 16, test_fraction: float = 0.25,
                     device: str | torch.device = "auto") -> list[ProbeResult]:
     """`probe_snapshot` of each snapshot, in order; snapshots of the same task and observation settings share
-    their frames (collected once). `summary_table` sums them up across seeds."""
+    their frames (collected once). Every snapshot is loaded before the first is probed, so that a bad one is
+    reported at once. `summary_table` sums the results up across runs."""
+    snapshots = [(Path(path), load_pretrained(path, device)) for path in paths]
     frames_by_settings: dict[tuple, ProbeFrames] = {}
     results = []
-    for path in paths:
-        pretrained = load_pretrained(path, device)
+    for path, pretrained in snapshots:
         config, spec = pretrained.config, pretrained.env_spec
         task = config.get("pretrain_env") or config["env"]
-        settings = (task, spec["obs_type"], config["image_size"], config["frame_stack"], spec["action_repeat"],
-                    config.get("camera_id"))
-        if settings not in frames_by_settings:
-            frames_by_settings[settings] = collect_frames(
-                task, samples, seed, obs=spec["obs_type"], image_size=config["image_size"],
-                frame_stack=config["frame_stack"], action_repeat=spec["action_repeat"],
-                camera_id=config.get("camera_id"))
-        frames = frames_by_settings[settings]
-        results.append(ProbeResult(task, samples, seed, frames.state_names, snapshot_method(Path(path), config),
+        settings = dict(obs=spec["obs_type"], image_size=config["image_size"], frame_stack=config["frame_stack"],
+                        action_repeat=spec["action_repeat"], camera_id=config.get("camera_id"))
+        key = (task, *settings.values())
+        if key not in frames_by_settings:
+            frames_by_settings[key] = collect_frames(task, samples, seed, **settings)
+        frames = frames_by_settings[key]
+        results.append(ProbeResult(task, samples, seed, frames.state_names, snapshot_method(path, config),
                                    pretrained.frames, probe_rows(pretrained, frames, init_seeds, pool, test_fraction)))
     return results
 
@@ -258,41 +261,49 @@ def summary_groups(results: Sequence[ProbeResult]) -> dict[str, np.ndarray]:
     """Each kind of features across the snapshots -> its mean R^2 per run (runs,), in this order: each method's
     encoder and projections after F frames (a run per snapshot); the randomly initialised encoders (a run per
     init seed, counted once however many snapshots share it; one group per method, methods whose random encoders
-    score alike sharing one); the observations (one run per task's frames)."""
+    score exactly alike sharing one); the observations (one run per task's frames). With snapshots of several
+    tasks, each group is of one task, named in its key."""
+    several_tasks = len({result.task for result in results}) > 1
     learned: dict[str, list[float]] = {}
-    random: dict[str, dict[tuple, float]] = {}
-    observed: dict[str, dict[tuple, float]] = {}
+    initialised: dict[tuple[str, str], dict[str, float]] = {}  # (task, method) -> init seed's row -> mean R^2
+    observed: dict[str, float] = {}
     for result in results:
+        on_task = f" on {result.task}" if several_tasks else ""
         for name in result.rows:
             if name.startswith("random encoder"):
-                random.setdefault(result.method, {})[(result.task, name)] = result.mean(name)
+                initialised.setdefault((result.task, result.method), {})[name] = result.mean(name)
             elif name.startswith("observation"):
-                observed.setdefault(f"{name} of {result.task}", {})[(result.task,)] = result.mean(name)
+                observed[f"{name}{on_task}"] = result.mean(name)
             else:
-                learned.setdefault(f"{result.method}: {name}", []).append(result.mean(name))
-    alike: dict[tuple, list[str]] = {}  # the random encoders' values -> the methods that have them
-    for method, runs in random.items():
-        alike.setdefault(tuple(sorted(runs.items())), []).append(method)
+                learned.setdefault(f"{result.method}: {name}{on_task}", []).append(result.mean(name))
+    alike: dict[tuple, list[str]] = {}  # (task, the init seeds' values) -> the methods whose random encoders have them
+    for (task, method), runs in initialised.items():
+        alike.setdefault((task, tuple(sorted(runs.items()))), []).append(method)
     groups = {key: np.array(values) for key, values in learned.items()}
-    for runs, methods in alike.items():
-        groups[f"randomly initialised encoder ({', '.join(methods)})"] = np.array([value for _, value in runs])
-    groups.update({key: np.array(list(runs.values())) for key, runs in observed.items()})
+    for (task, runs), methods in alike.items():
+        on_task = f" on {task}" if several_tasks else ""
+        groups[f"randomly initialised encoder ({', '.join(methods)}){on_task}"] = np.array([v for _, v in runs])
+    groups.update({key: np.array([value]) for key, value in observed.items()})
     return groups
 
 
 def summary_table(results: Sequence[ProbeResult], reps: int = 2000) -> str:
     """Per kind of features across the snapshots (`summary_groups`): the mean R^2 over runs, rliable's 95%
     bootstrap CI of it, and each run's value."""
-    from protorl.results.stats import METRICS, interval_estimates, require_rliable
+    from protorl.results.stats import require_rliable
 
     require_rliable()
+    from rliable import library, metrics
+
     groups = summary_groups(results)
-    points, intervals = interval_estimates({key: values[:, None] for key, values in groups.items()}, reps)
-    width, metric = max(len(key) for key in groups), list(METRICS).index("Mean")
+    points, intervals = library.get_interval_estimates(
+        {key: values[:, None] for key, values in groups.items()},
+        lambda scores: np.array([metrics.aggregate_mean(scores)]), reps=reps)  # runs x 1 "task": a bootstrap
+    width = max(len(key) for key in groups)
     lines = [f"mean R^2 across runs (95% bootstrap CI over runs, {reps} resamples)",
              f"{'features':<{width}}  {'runs':>4}  {'mean':>6}  {'95% CI':>16}  per run"]
     for key, values in groups.items():
-        mean, (low, high) = points[key][metric], intervals[key][:, metric]
+        (mean,), (low, high) = points[key], intervals[key][:, 0]
         lines.append(f"{key:<{width}}  {len(values):>4}  {mean:6.3f}  [{low:6.3f}, {high:6.3f}]  "
                      + " ".join(f"{v:.3f}" for v in values))
     return "\n".join(lines)

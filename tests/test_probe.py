@@ -11,12 +11,21 @@ import pytest
 import torch
 
 import protorl
-from protorl.probe import ProbeResult, collect_frames, ridge_predictions, ridge_r2, summary_groups, summary_table
+import protorl.probe
+from protorl.probe import (
+    ProbeResult,
+    collect_frames,
+    gram_matrix,
+    ridge_predictions,
+    ridge_r2,
+    summary_groups,
+    summary_table,
+)
 from tests.agents import tiny
 from tests.runs import TIMEOUT_S, assert_user_error, environment, read_csv, read_rows
 
 
-@pytest.mark.parametrize("num_features", [20, 600])  # fewer features than frames (primal), more (dual)
+@pytest.mark.parametrize("num_features", [20, 600])  # fewer features than frames, more
 def test_the_probe_recovers_a_linear_map(num_features):
     """Features that mix a 5-d state linearly (plus noise) give the state back with R^2 ~ 1."""
     rng = np.random.default_rng(0)
@@ -46,6 +55,13 @@ def test_the_dual_solve_is_the_textbook_ridge_regression(num_features):
         assert prediction.numpy() == pytest.approx(new_x @ weights + targets[:200].mean(axis=0), abs=1e-8)
 
 
+def test_the_gram_matrix_in_blocks_is_that_of_the_centred_flattened_features():
+    features = np.random.default_rng(4).normal(size=(30, 3, 5, 5)) + 100.0  # far off centre
+    x = torch.as_tensor(features).flatten(1)
+    centred = x - x.mean(dim=0)
+    assert torch.allclose(gram_matrix(features, block=7), centred @ centred.T, atol=1e-9)
+
+
 def test_the_probe_scores_noise_near_zero():
     rng = np.random.default_rng(1)
     r2 = ridge_r2(rng.normal(size=(2000, 10)), rng.normal(size=(2000, 2)))
@@ -70,6 +86,14 @@ def test_the_frames_are_the_same_for_a_seed_and_hold_the_points_position():
     assert np.allclose(first.obs[:, :2], first.states[:, :2])  # from states the observation starts with x, y
 
 
+def test_the_summary_keeps_tasks_apart():
+    results = [probe_result("proto", 0.5, [0.1], task="maze"), probe_result("proto", 0.3, [0.2], task="walker")]
+    groups = summary_groups(results)
+    assert groups["proto: encoder (8000 frames) on maze"] == pytest.approx([0.5])
+    assert groups["proto: encoder (8000 frames) on walker"] == pytest.approx([0.3])
+    assert groups["randomly initialised encoder (proto) on walker"] == pytest.approx([0.2])
+
+
 @pytest.mark.parametrize("seed", [0, 3])
 def test_the_held_out_frames_come_from_the_fitted_frames_distribution(seed):
     """The scored quarter of the frames is not a few starting points of its own: its mean position is within a
@@ -92,21 +116,21 @@ def probe_result(method: str, encoder_r2: float, random_r2: list[float], task: s
 def test_the_summary_counts_each_run_once():
     """Seeds of a method are its runs; random encoders count once per init seed however many snapshots share
     them (methods whose random encoders score alike share a row), and the observations once per task's frames."""
-    results = [probe_result("proto", r2, [0.1, 0.2]) for r2 in (0.6, 0.7, 0.8)]
+    results = [probe_result("proto", r2, [0.1, 0.2]) for r2 in (0.1, 0.2, 0.9)]  # mean 0.4, median 0.2
     results += [probe_result("proto_paper", 0.5, [0.1, 0.2]), probe_result("random", 0.4, [0.1, 0.3])]
     groups = summary_groups(results)
     assert list(groups) == ["proto: encoder (8000 frames)", "proto_paper: encoder (8000 frames)",
                             "random: encoder (8000 frames)", "randomly initialised encoder (proto, proto_paper)",
-                            "randomly initialised encoder (random)", "observation (pooled 16x16) of maze"]
-    assert groups["proto: encoder (8000 frames)"] == pytest.approx([0.6, 0.7, 0.8])
+                            "randomly initialised encoder (random)", "observation (pooled 16x16)"]
+    assert groups["proto: encoder (8000 frames)"] == pytest.approx([0.1, 0.2, 0.9])
     assert groups["randomly initialised encoder (proto, proto_paper)"] == pytest.approx([0.1, 0.2])
     assert groups["randomly initialised encoder (random)"] == pytest.approx([0.1, 0.3])
-    assert groups["observation (pooled 16x16) of maze"] == pytest.approx([0.5])
+    assert groups["observation (pooled 16x16)"] == pytest.approx([0.5])
     table = summary_table(results, reps=200)
     line = next(line for line in table.splitlines() if line.startswith("proto: encoder"))
     mean, low, high = (float(v) for v in line.split("]")[0].replace("[", " ").replace(",", " ").split()[-3:])
-    assert mean == pytest.approx(0.7, abs=1e-3) and 0.6 - 1e-9 <= low <= mean <= high <= 0.8 + 1e-9
-    assert line.endswith("0.600 0.700 0.800")
+    assert mean == pytest.approx(0.4, abs=1e-3) and 0.1 - 1e-9 <= low < mean < high <= 0.9 + 1e-9
+    assert line.endswith("0.100 0.200 0.900")
 
 
 @pytest.fixture(scope="module")
@@ -130,13 +154,36 @@ def test_a_snapshots_probe_is_deterministic_and_has_its_reference_rows(snapshot)
 
 
 @pytest.mark.slow
-def test_snapshots_probed_together_share_their_frames_and_score_as_alone(snapshot):
+def test_snapshots_probed_together_share_their_frames_and_score_as_alone(snapshot, monkeypatch):
+    collections = []
+
+    def counted(*args, **kwargs):
+        collections.append(args)
+        return collect_frames(*args, **kwargs)
+
+    monkeypatch.setattr(protorl.probe, "collect_frames", counted)
     together = protorl.probe_snapshots([snapshot, snapshot], samples=300, seed=0, init_seeds=(1,))
+    assert len(collections) == 1
     alone = protorl.probe_snapshot(snapshot, samples=300, seed=0, init_seeds=(1,))
     for result in together:
-        assert result.method == "proto" and result.frames == 2000
+        assert result.method == "proto" and result.pretrain_frames == 2000
         assert list(result.rows) == list(alone.rows)
         assert all(np.array_equal(result.rows[name], alone.rows[name]) for name in alone.rows)
+
+
+@pytest.mark.slow
+def test_a_snapshots_method_is_the_agent_config_its_run_was_started_with(snapshot, tmp_path):
+    """Hydra's record of the run names the agent config (proto_paper and proto are both agent.name proto)."""
+    run_dir = tmp_path / "run"
+    (run_dir / "pretrain" / "snapshots").mkdir(parents=True)
+    (run_dir / "config.yaml").write_text(snapshot.parent.parent.parent.joinpath("config.yaml").read_text())
+    (run_dir / ".hydra").mkdir()
+    (run_dir / ".hydra" / "hydra.yaml").write_text("hydra:\n  runtime:\n    choices:\n      agent: proto_paper\n")
+    copy = run_dir / "pretrain" / "snapshots" / snapshot.name
+    copy.write_bytes(snapshot.read_bytes())
+    config = protorl.load_pretrained(copy, "cpu").config
+    assert protorl.probe.snapshot_method(copy, config) == "proto_paper"
+    assert protorl.probe.snapshot_method(snapshot, config) == "proto"  # no Hydra record: the agent's name
 
 
 @pytest.mark.slow
@@ -162,6 +209,7 @@ def test_the_command_prints_the_table_and_refuses_a_bad_snapshot(snapshot, tmp_p
     refused = probe(str(snapshot), str(tmp_path / "gone.pt"), "--csv", str(tmp_path / "none.csv"))
     assert_user_error(refused, "gone.pt")
     assert not (tmp_path / "none.csv").exists()
+    assert_user_error(probe(str(snapshot), "--csv", str(tmp_path / "no_such_dir" / "probe.csv")), "no_such_dir")
 
 
 @pytest.mark.slow
