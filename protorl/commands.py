@@ -171,7 +171,7 @@ def run_phases(config: Config, command: str, run_dir: Path, pretrained: dict | N
     pretrains = agent_class(config.agent.name).supports("pretrain") and config.pretrain_frames > 0
     if command == "train" and not pretrains:
         log.info("no pre-training (agent=%s, pretrain_frames=%d): the downstream agent learns its "
-                 "representation from the task reward", config.agent.name, config.pretrain_frames)
+                 "representation by its own rule while it learns the task", config.agent.name, config.pretrain_frames)
     try:
         if command == "pretrain" or (command == "train" and pretrains):
             pretrain_task = config.pretrain_env or config.env

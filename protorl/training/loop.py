@@ -44,7 +44,8 @@ class Trainer:
     def __init__(self, cfg: Config, phase: str, task: str, out_dir: Path, pretrained: dict | None = None,
                  tracker: PhaseTracker | None = None):
         """`pretrained`: for phase "finetune", a snapshot read by `protorl.storage.snapshots.load_snapshot`; without
-        one the downstream agent learns its representation from the task reward (DrQ, figure 14). `tracker`:
+        one the downstream agent learns its representation by its own rule while it learns the task (DrQ; Proto-RL
+        online, figure 14). `tracker`:
         also send the logs to a W&B run (`protorl.logs.tracking.phase_tracker`)."""
         self.cfg, self.phase, self.task, self.out_dir = cfg, phase, task, out_dir
         set_seed(cfg.seed)
