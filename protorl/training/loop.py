@@ -45,8 +45,7 @@ class Trainer:
                  tracker: PhaseTracker | None = None):
         """`pretrained`: for phase "finetune", a snapshot read by `protorl.storage.snapshots.load_snapshot`; without
         one the downstream agent learns its representation by its own rule while it learns the task (DrQ; Proto-RL
-        online, figure 14). `tracker`:
-        also send the logs to a W&B run (`protorl.logs.tracking.phase_tracker`)."""
+        online, figure 14). `tracker`: also send the logs to a W&B run (`protorl.logs.tracking.phase_tracker`)."""
         self.cfg, self.phase, self.task, self.out_dir = cfg, phase, task, out_dir
         set_seed(cfg.seed)
         self.device = resolve_device(cfg.device)
