@@ -252,9 +252,13 @@ def probe(argv: list[str] | None = None) -> None:
     parser.add_argument("--init-seeds", type=int, nargs="*", default=[1, 2, 3],
                         help="seeds of the randomly initialised encoders shown for reference")
     parser.add_argument("--csv", type=Path, help="also write every snapshot's rows to this CSV file")
+    parser.add_argument("--threads", type=int, help="CPU threads (torch.set_num_threads; default: torch's); "
+                        "1 beside other jobs, as a sweep's runs use")
     args = parser.parse_args(argv)
     if args.samples < 20:
         _exit_with(f"--samples={args.samples}: at least 20 frames (a quarter of them are held out)")
+    if args.threads is not None and args.threads < 1:
+        _exit_with(f"--threads={args.threads}: at least 1")
     missing = [str(path) for path in args.snapshots if not path.is_file()]
     if missing:
         _exit_with(f"no snapshot file at {', '.join(missing)}")
@@ -267,6 +271,10 @@ def probe(argv: list[str] | None = None) -> None:
             require_rliable()
         except ProtorlError as error:
             _exit_with(_one_line(error))
+    if args.threads is not None:
+        import torch
+
+        torch.set_num_threads(args.threads)
     try:
         results = probe_snapshots(args.snapshots, args.samples, args.seed, args.init_seeds)
     except (ProtorlError, OSError) as error:

@@ -212,9 +212,11 @@ def probe_snapshots(paths: Sequence[str | Path], samples: int = 4000, seed: int 
                     device: str | torch.device = "auto") -> list[ProbeResult]:
     """`probe_snapshot` of each snapshot, in order; snapshots of the same task and observation settings share
     their frames (collected once). Every snapshot is loaded before the first is probed, so that a bad one is
-    reported at once. `summary_table` sums the results up across runs."""
+    reported at once; randomly initialised encoders alike (the same agent, settings and init seed, on the same
+    frames) are probed once. `summary_table` sums the results up across runs."""
     snapshots = [(Path(path), load_pretrained(path, device)) for path in paths]
     frames_by_settings: dict[tuple, ProbeFrames] = {}
+    random_rows: dict[tuple, np.ndarray] = {}  # (frames' key, agent, init seed) -> R^2 (S,)
     results = []
     for path, pretrained in snapshots:
         config, spec = pretrained.config, pretrained.env_spec
@@ -225,24 +227,33 @@ def probe_snapshots(paths: Sequence[str | Path], samples: int = 4000, seed: int 
         if key not in frames_by_settings:
             frames_by_settings[key] = collect_frames(task, samples, seed, **settings)
         frames = frames_by_settings[key]
+        rows = probe_rows(pretrained, frames, init_seeds, pool, test_fraction, random_rows, key)
         results.append(ProbeResult(task, samples, seed, frames.state_names, snapshot_method(path, config),
-                                   pretrained.frames, probe_rows(pretrained, frames, init_seeds, pool, test_fraction)))
+                                   pretrained.frames, rows))
     return results
 
 
 def probe_rows(pretrained: Pretrained, frames: ProbeFrames, init_seeds: Sequence[int], pool: int,
-               test_fraction: float) -> dict[str, np.ndarray]:
-    """Each kind of features of `probe_snapshot` -> its R^2 per state dimension (S,) on `frames`."""
+               test_fraction: float, random_rows: dict[tuple, np.ndarray] | None = None,
+               frames_key: tuple = ()) -> dict[str, np.ndarray]:
+    """Each kind of features of `probe_snapshot` -> its R^2 per state dimension (S,) on `frames`. The randomly
+    initialised encoders' rows are read from and added to `random_rows`, keyed by `frames_key`, the agent and its
+    settings, and the init seed."""
 
     def probe(features: np.ndarray) -> np.ndarray:
         return ridge_r2(features, frames.states, test_fraction)
 
+    random_rows = {} if random_rows is None else random_rows
+    agent = pretrained.agent
     rows = {f"encoder ({pretrained.frames} frames)": probe(encoded(pretrained, frames.obs))}
-    if isinstance(pretrained.agent, Prototypes):
+    if isinstance(agent, Prototypes):
         rows[f"projection ({pretrained.frames} frames)"] = probe(encoded(pretrained, frames.obs, project=True))
     for init_seed in init_seeds:
-        rows[f"random encoder (init seed {init_seed})"] = probe(
-            encoded(randomly_initialised(pretrained, init_seed), frames.obs))
+        key = (frames_key, type(agent), repr(agent.cfg), tuple(pretrained.obs_shape), tuple(agent.action_shape),
+               str(agent.device), init_seed)
+        if key not in random_rows:
+            random_rows[key] = probe(encoded(randomly_initialised(pretrained, init_seed), frames.obs))
+        rows[f"random encoder (init seed {init_seed})"] = random_rows[key]
     rows["observation" + (f" (pooled {pool}x{pool})" if frames.obs.ndim > 2 else "")] = probe(
         pooled(frames.obs, pool))
     return rows

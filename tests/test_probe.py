@@ -154,16 +154,22 @@ def test_a_snapshots_probe_is_deterministic_and_has_its_reference_rows(snapshot)
 
 
 @pytest.mark.slow
-def test_snapshots_probed_together_share_their_frames_and_score_as_alone(snapshot, monkeypatch):
-    collections = []
+def test_snapshots_probed_together_share_their_frames_and_random_encoders_and_score_as_alone(snapshot, monkeypatch):
+    collections, initialisations = [], []
+    randomly_initialised = protorl.probe.randomly_initialised
 
     def counted(*args, **kwargs):
         collections.append(args)
         return collect_frames(*args, **kwargs)
 
+    def initialised(pretrained, seed):
+        initialisations.append(seed)
+        return randomly_initialised(pretrained, seed)
+
     monkeypatch.setattr(protorl.probe, "collect_frames", counted)
+    monkeypatch.setattr(protorl.probe, "randomly_initialised", initialised)
     together = protorl.probe_snapshots([snapshot, snapshot], samples=300, seed=0, init_seeds=(1,))
-    assert len(collections) == 1
+    assert len(collections) == 1 and initialisations == [1]  # the same agent's random encoder: probed once
     alone = protorl.probe_snapshot(snapshot, samples=300, seed=0, init_seeds=(1,))
     for result in together:
         assert result.method == "proto" and result.pretrain_frames == 2000
@@ -192,13 +198,15 @@ def test_the_command_prints_the_table_and_refuses_a_bad_snapshot(snapshot, tmp_p
         return subprocess.run([sys.executable, "-c", "from protorl.cli import probe; probe()", *args],
                               capture_output=True, text=True, timeout=TIMEOUT_S, env=environment(), check=False)
 
-    result = probe(str(snapshot), "--samples", "200", "--init-seeds", "1", "--csv", str(tmp_path / "probe.csv"))
+    result = probe(str(snapshot), "--samples", "200", "--init-seeds", "1", "--csv", str(tmp_path / "probe.csv"),
+                   "--threads", "1")
     assert result.returncode == 0, result.stderr
     assert "linear state probe on 200 frames of point_mass_maze_explore" in result.stdout
     assert "random encoder (init seed 1)" in result.stdout
     assert (tmp_path / "probe.csv").read_text().startswith(
         "snapshot,method,pretrain_frames,features,r2_mean,r2/position root_x")
     assert_user_error(probe(str(tmp_path / "missing.pt")), "missing.pt")
+    assert_user_error(probe(str(snapshot), "--threads", "0"), "--threads=0")
 
     several = probe(str(snapshot), str(snapshot), "--samples", "200", "--init-seeds", "1", "--csv",
                     str(tmp_path / "two.csv"))
