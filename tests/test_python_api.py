@@ -65,18 +65,18 @@ def test_a_second_run_from_another_thread_is_refused(tmp_path, same_directory):
     from another thread while the first runs (in its directory or another) is refused, and the first completes with
     each train.csv row once and the numbers it has alone."""
     run_dir, results = tmp_path / "run", []
-    first = threading.Thread(target=lambda: results.append(protorl.pretrain(tiny(run_dir, pretrain_frames=20000))))
+    first = threading.Thread(target=lambda: results.append(protorl.pretrain(tiny(run_dir, pretrain_frames=8000))))
     first.start()
     while first.is_alive() and not (run_dir / "config.yaml").exists():  # written once the directory is claimed
         time.sleep(0.01)
     with pytest.raises(ConfigError, match="another protorl run is in progress in this process"):
-        protorl.pretrain(tiny(run_dir if same_directory else tmp_path / "other", pretrain_frames=20000))
+        protorl.pretrain(tiny(run_dir if same_directory else tmp_path / "other", pretrain_frames=8000))
     first.join()
     frames = [row["frames"] for row in read_csv(run_dir / "pretrain" / "train.csv")[1]]
-    assert results and len(frames) == len(set(frames)) == 20
+    assert results and len(frames) == len(set(frames)) == 8
     assert not (tmp_path / "other").exists()
     alone = tmp_path / "alone"
-    protorl.pretrain(tiny(alone, pretrain_frames=20000))
+    protorl.pretrain(tiny(alone, pretrain_frames=8000))
     assert read_rows(run_dir / "pretrain" / "train.csv") == read_rows(alone / "pretrain" / "train.csv")
 
 
