@@ -4,8 +4,8 @@ encoder's output (32 x 35 x 35 = 39,200 per frame), for several frame counts: th
 
 Each size runs in a fresh process, on one thread unless `--threads` says otherwise (on a CPU busy with other
 jobs, compare `--threads 1` with `--threads 2`: the multi-threaded eigendecomposition waits on its own threads).
-`--vs CHECKOUT` times the same sizes with another checkout's
-protorl too, alternating which goes first in each round, and prints the same-run ratio (the best round of each):
+`--vs CHECKOUT` times the same sizes with another checkout's protorl too, alternating which goes first in each
+round, and prints the same-run ratio (the best round of each):
 
     python benchmarks/bench_probe.py                               # this checkout
     git worktree add /tmp/before <commit>

@@ -212,11 +212,12 @@ def probe_snapshots(paths: Sequence[str | Path], samples: int = 4000, seed: int 
                     device: str | torch.device = "auto") -> list[ProbeResult]:
     """`probe_snapshot` of each snapshot, in order; snapshots of the same task and observation settings share
     their frames (collected once). Every snapshot is loaded before the first is probed, so that a bad one is
-    reported at once; randomly initialised encoders alike (the same agent, settings and init seed, on the same
-    frames) are probed once. `summary_table` sums the results up across runs."""
+    reported at once; the rows that do not depend on a snapshot's training (the randomly initialised encoders of the
+    same agent and settings, the observations) are probed once per frames. `summary_table` sums the results up
+    across runs."""
     snapshots = [(Path(path), load_pretrained(path, device)) for path in paths]
     frames_by_settings: dict[tuple, ProbeFrames] = {}
-    random_rows: dict[tuple, np.ndarray] = {}  # (frames' key, agent, init seed) -> R^2 (S,)
+    shared_rows: dict[tuple, np.ndarray] = {}  # rows that do not depend on a snapshot's training -> R^2 (S,)
     results = []
     for path, pretrained in snapshots:
         config, spec = pretrained.config, pretrained.env_spec
@@ -227,23 +228,21 @@ def probe_snapshots(paths: Sequence[str | Path], samples: int = 4000, seed: int 
         if key not in frames_by_settings:
             frames_by_settings[key] = collect_frames(task, samples, seed, **settings)
         frames = frames_by_settings[key]
-        rows = probe_rows(pretrained, frames, init_seeds, pool, test_fraction, random_rows, key)
+        rows = probe_rows(pretrained, frames, key, init_seeds, pool, test_fraction, shared_rows)
         results.append(ProbeResult(task, samples, seed, frames.state_names, snapshot_method(path, config),
                                    pretrained.frames, rows))
     return results
 
 
-def probe_rows(pretrained: Pretrained, frames: ProbeFrames, init_seeds: Sequence[int], pool: int,
-               test_fraction: float, random_rows: dict[tuple, np.ndarray] | None = None,
-               frames_key: tuple = ()) -> dict[str, np.ndarray]:
-    """Each kind of features of `probe_snapshot` -> its R^2 per state dimension (S,) on `frames`. The randomly
-    initialised encoders' rows are read from and added to `random_rows`, keyed by `frames_key`, the agent and its
-    settings, and the init seed."""
+def probe_rows(pretrained: Pretrained, frames: ProbeFrames, frames_key: tuple, init_seeds: Sequence[int], pool: int,
+               test_fraction: float, shared_rows: dict[tuple, np.ndarray]) -> dict[str, np.ndarray]:
+    """Each kind of features of `probe_snapshot` -> its R^2 per state dimension (S,) on `frames`. The rows that do
+    not depend on the snapshot's training (the randomly initialised encoders, the observations) are read from and
+    added to `shared_rows`, keyed by `frames_key` (the frames' task and settings) and what else they depend on."""
 
     def probe(features: np.ndarray) -> np.ndarray:
         return ridge_r2(features, frames.states, test_fraction)
 
-    random_rows = {} if random_rows is None else random_rows
     agent = pretrained.agent
     rows = {f"encoder ({pretrained.frames} frames)": probe(encoded(pretrained, frames.obs))}
     if isinstance(agent, Prototypes):
@@ -251,11 +250,13 @@ def probe_rows(pretrained: Pretrained, frames: ProbeFrames, init_seeds: Sequence
     for init_seed in init_seeds:
         key = (frames_key, type(agent), repr(agent.cfg), tuple(pretrained.obs_shape), tuple(agent.action_shape),
                str(agent.device), init_seed)
-        if key not in random_rows:
-            random_rows[key] = probe(encoded(randomly_initialised(pretrained, init_seed), frames.obs))
-        rows[f"random encoder (init seed {init_seed})"] = random_rows[key]
-    rows["observation" + (f" (pooled {pool}x{pool})" if frames.obs.ndim > 2 else "")] = probe(
-        pooled(frames.obs, pool))
+        if key not in shared_rows:
+            shared_rows[key] = probe(encoded(randomly_initialised(pretrained, init_seed), frames.obs))
+        rows[f"random encoder (init seed {init_seed})"] = shared_rows[key]
+    key = (frames_key, "observation", pool)
+    if key not in shared_rows:
+        shared_rows[key] = probe(pooled(frames.obs, pool))
+    rows["observation" + (f" (pooled {pool}x{pool})" if frames.obs.ndim > 2 else "")] = shared_rows[key]
     return rows
 
 
