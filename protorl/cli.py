@@ -1,7 +1,7 @@
-"""Command-line entry points (Hydra): protorl-pretrain, protorl-finetune, protorl-train, protorl-tasks;
-protorl-analyze (argparse).
+"""Command-line entry points: protorl-pretrain, protorl-finetune, protorl-train (Hydra); protorl-tasks;
+protorl-analyze, protorl-probe, protorl-aggregate (argparse).
 
-    protorl-train                                   # small CPU preset on cartpole_balance, both phases
+    protorl-train                                   # the main job (preset=demo): the U-maze from states
     protorl-train preset=paper env=walker_run       # the paper's 500k + 500k frames
     protorl-pretrain env=walker_walk seed=3
     protorl-finetune env=walker_run snapshot=runs/.../pretrain/snapshots/snapshot_500000.pt
@@ -16,6 +16,7 @@ import math
 import os
 import sys
 import typing
+from collections.abc import Sequence
 from pathlib import Path
 
 import hydra
@@ -38,14 +39,15 @@ for _name, _agent in registered_agents().items():  # each agent's YAML (conf/age
         ConfigStore.instance().store(group="agent", name=_name, node=_agent.config_class)
 
 
-def checked_config(cfg: DictConfig, command: str) -> tuple[Config, dict | None]:
+def checked_config(cfg: DictConfig, command: str, overrides: Sequence[str] = ()) -> tuple[Config, dict | None]:
     """The validated typed config and, for finetune, its checked snapshot; user errors exit with status 2.
 
     `cfg`: the composed config without Hydra's node; a key the schema does not know (e.g. added with `+`)
-    is refused, not dropped.
+    is refused, not dropped. `overrides`: the command line's; an `env` named there must be a task of the run.
     """
     from protorl.commands import check
     from protorl.errors import ProtorlError
+    from protorl.validate import check_named_env
 
     try:
         unknown = _unknown_keys(cfg, Config)
@@ -53,6 +55,8 @@ def checked_config(cfg: DictConfig, command: str) -> tuple[Config, dict | None]:
             raise ConfigError(f"unknown config key {', '.join(unknown)}: not a protorl setting (protorl/config.py)")
         config: Config = OmegaConf.to_object(OmegaConf.merge(OmegaConf.structured(Config), cfg))
         config, pretrained = check(config, command)
+        if any(override.split("=", 1)[0].lstrip("+~") == "env" for override in overrides):
+            check_named_env(config, command)
     except (ProtorlError, ValueError, OmegaConfBaseException) as error:
         _exit_with(_one_line(error))
     return config, pretrained
@@ -80,7 +84,7 @@ class ValidateBeforeRun(Callback):
 
         keys = [key for key in config if key not in ("hydra", "run_dir")]
         user_config = OmegaConf.merge(OmegaConf.masked_copy(config, keys), {"run_dir": config.hydra.run.dir})
-        checked, _ = checked_config(user_config, config.hydra.job.name)
+        checked, _ = checked_config(user_config, config.hydra.job.name, config.hydra.overrides.task)
         try:
             check_run_dir(checked)
         except ConfigError as error:
@@ -92,10 +96,12 @@ class ValidateBeforeRun(Callback):
 def run(cfg: DictConfig, command: str) -> None:
     """Validate the config, claim the run directory, then run the phases of `command`; user errors exit with
     status 2, unwritable files too (naming the file)."""
+    from hydra.core.hydra_config import HydraConfig
+
     from protorl.errors import ProtorlError
     from protorl.storage.rundir import claim_run_dir, release_run_dir
 
-    config, pretrained = checked_config(cfg, command)
+    config, pretrained = checked_config(cfg, command, HydraConfig.get().overrides.task)
     try:
         run_dir = claim_run_dir(config)
     except ProtorlError as error:

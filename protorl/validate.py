@@ -166,6 +166,21 @@ def _check_tasks(cfg: Config, command: str, pretrains: bool) -> None:
                           "pretrain_frames=0 to learn without pre-training)")
 
 
+def check_named_env(cfg: Config, command: str) -> None:
+    """`env`, named on the command line, is a task of the run: a preset's `pretrain_env` and `finetune_envs` take
+    its place, so a run that would pre-train and fine-tune on other tasks is refused."""
+    tasks = downstream_tasks(cfg) if command != "pretrain" else []
+    if command != "finetune" and agent_class(cfg.agent.name).supports("pretrain") and cfg.pretrain_frames > 0:
+        tasks.append(cfg.pretrain_env or cfg.env)
+    if cfg.env not in tasks:
+        named = ([f"pretrain_env={cfg.pretrain_env}"] if cfg.pretrain_env and command != "finetune" else []) + \
+                ([f"finetune_envs=[{','.join(cfg.finetune_envs)}]"] if cfg.finetune_envs and command != "pretrain"
+                 else [])
+        raise ConfigError(f"env={cfg.env} is not a task of this run: {' and '.join(named)} (from the preset) name "
+                          f"its tasks; set finetune_envs=[{cfg.env}] and pretrain_env=<a task of its domain> too, or "
+                          "choose a preset that runs env, such as preset=small or preset=paper")
+
+
 def _check_pretrain_data(cfg: Config, command: str, pretrains: bool) -> None:
     """Fine-tuning on the pre-training's data: a share of the batch, simulated tasks, a replay in the snapshot."""
     if not 0 <= cfg.pretrain_data_share < 1:

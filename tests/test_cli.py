@@ -177,6 +177,15 @@ def test_each_invalid_config_class_is_refused_before_any_output(tmp_path, overri
     assert not (tmp_path / "run").exists()
 
 
+def test_env_the_main_jobs_preset_would_ignore_is_refused_before_any_output(tmp_path):
+    """The main job's preset names the U-maze's tasks in pretrain_env and finetune_envs: `protorl-train
+    env=walker_run` would run them, not walker_run."""
+    result = run("train", "env=walker_run", run_dir=tmp_path / "run")
+    assert_user_error(result, "env=walker_run", "pretrain_env=point_mass_maze_explore",
+                      "finetune_envs=[point_mass_maze_reach_top_left]", "preset=small")
+    assert not (tmp_path / "run").exists()
+
+
 def test_unknown_key_is_refused_before_any_output(tmp_path):
     result = run("pretrain", "agent.not_a_key=1", run_dir=tmp_path / "run")
     assert result.returncode != 0 and "not_a_key" in result.stderr + result.stdout

@@ -9,7 +9,7 @@ import torch
 
 from protorl.agents.proto.agent import ProtoConfig
 from protorl.config import AgentConfig, Config, ConfigError
-from protorl.validate import validate
+from protorl.validate import check_named_env, validate
 from tests.agents import update
 
 # -- validation --------------------------------------------------------------------------------------
@@ -218,3 +218,27 @@ def test_proto_paper_pins_the_published_algorithm_under_any_preset(preset):
         assert paper.agent[key] == PAPER_AGENT[key], key
         assert default.agent[key] == (VARIANT[key] if preset == "small" else PAPER_AGENT[key]), key
     assert paper.agent.name == default.agent.name == "proto"
+
+
+MAZE = {"pretrain_env": "point_mass_maze_explore", "finetune_envs": ["point_mass_maze_reach_top_left"]}  # the main job's
+
+
+@pytest.mark.parametrize(("fields", "command", "runs"), [
+    ({"env": "walker_run", **MAZE}, "train", False),  # the preset's tasks take env's place
+    ({"env": "walker_run", **MAZE}, "pretrain", False),
+    ({"env": "walker_run", **MAZE}, "finetune", False),
+    ({"env": "point_mass_maze_reach_top_left", **MAZE}, "train", True),  # one of finetune_envs
+    ({"env": "point_mass_maze_explore", **MAZE}, "pretrain", True),  # the pre-training's task
+    ({"env": "walker_run"}, "train", True),  # no preset's tasks: env is both phases' task
+    ({"env": "walker_run", "pretrain_env": "walker_walk"}, "train", True),  # fine-tuned on
+    ({"env": "walker_run", "pretrain_env": "walker_walk"}, "finetune", True),
+    ({"env": "walker_run", "pretrain_env": "walker_walk"}, "pretrain", False),  # pre-trains on walker_walk only
+    ({"env": "walker_run", "pretrain_env": "walker_walk", "pretrain_frames": 0}, "train", True),
+])
+def test_an_env_named_on_the_command_line_must_be_a_task_of_the_run(fields, command, runs):
+    cfg = Config(run_dir=".", **fields)
+    if runs:
+        check_named_env(cfg, command)
+    else:
+        with pytest.raises(ConfigError, match=rf"env={cfg.env} is not a task of this run"):
+            check_named_env(cfg, command)

@@ -167,3 +167,9 @@ def test_train_compares_with_the_same_fine_tuning_without_pretraining(tmp_path):
     rerun = run("train", *STATES, "pretrain_frames=2000", "finetune_frames=2000", "compare_without_pretraining=true",
                 run_dir=run_dir)
     assert rerun.returncode == 0 and "already complete" in rerun.stderr + rerun.stdout
+    (scratch / "left.txt").write_text("from the run before")
+    again = run("train", *STATES, "pretrain_frames=2000", "finetune_frames=2000", "compare_without_pretraining=true",
+                "seed=2", "start_over=true", run_dir=run_dir)
+    assert again.returncode == 0, again.stderr
+    assert "already complete" not in again.stderr + again.stdout  # start_over ran the scratch phase again too
+    assert not (scratch / "left.txt").exists() and (scratch / "result.json").is_file()

@@ -105,10 +105,7 @@ def _pretrains(agent: str) -> bool:
     from protorl.agents import registered_agents
 
     cls = registered_agents().get(agent)
-    if cls is None:
-        return True
-    pretrains = getattr(cls, "pretrains", None)
-    return cls.supports("pretrain") if pretrains is None else bool(pretrains)
+    return cls is None or cls.supports("pretrain")
 
 
 def curve_panel(task: str, complete: list[Record], colors: dict[str, str], ylabel: str,

@@ -19,7 +19,6 @@ from pathlib import Path
 from omegaconf import DictConfig, OmegaConf
 
 from protorl.agents.diagnostics import collapse_message
-from protorl.agents.proto.agent import ProtoConfig
 from protorl.errors import ResultsError
 from protorl.exploration.maps import map_paths
 from protorl.results.finetuning import downstream_dirs, plot_finetuning
@@ -183,13 +182,9 @@ def _variance_lines(rows: Rows, missing: Sequence[str]) -> list[str]:
 
 
 def _num_prototypes(config: DictConfig | None) -> int | None:
-    """M of a Proto-RL run; None for other agents or without a config."""
-    if config is None:
-        return None
-    agent = config.get("agent", {})
-    if agent.get("name", "proto") != "proto":
-        return None
-    return int(agent.get("num_prototypes", ProtoConfig().num_prototypes))
+    """M of a run whose agent has prototypes (its config's `agent.num_prototypes`); None otherwise."""
+    value = None if config is None else config.get("agent", {}).get("num_prototypes")
+    return None if value is None else int(value)
 
 
 def analyze_run(run_dir: Path) -> str:

@@ -24,7 +24,7 @@ from pathlib import Path
 from omegaconf import OmegaConf
 
 from protorl.agents import agent_class
-from protorl.config import Config, downstream_dir_name, downstream_tasks
+from protorl.config import Config, downstream_dir_name, downstream_tasks, scratch_dir_name
 from protorl.errors import ConfigError
 
 log = logging.getLogger("protorl")
@@ -184,6 +184,8 @@ def _run_paths(run_dir: Path, saved: Config) -> list[Path]:
     """What the run recorded in `saved` wrote into `run_dir`: what `start_over` deletes."""
     names = ["pretrain", "analysis", "curves.png", "wandb_id.txt", CONFIG_FILE]
     names += [downstream_dir_name(saved, task) for task in downstream_tasks(saved)]
+    if saved.compare_without_pretraining:
+        names += [scratch_dir_name(task) for task in downstream_tasks(saved)]
     if saved.wandb:
         names.append("wandb")
     return [run_dir / name for name in names if (run_dir / name).exists() or (run_dir / name).is_symlink()]
