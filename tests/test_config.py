@@ -220,7 +220,7 @@ def test_proto_paper_pins_the_published_algorithm_under_any_preset(preset):
     assert paper.agent.name == default.agent.name == "proto"
 
 
-MAZE = {"pretrain_env": "point_mass_maze_explore", "finetune_envs": ["point_mass_maze_reach_top_left"]}  # the main job's
+MAZE = {"pretrain_env": "point_mass_maze_explore", "finetune_envs": ["point_mass_maze_reach_top_left"]}  # preset=demo
 
 
 @pytest.mark.parametrize(("fields", "command", "runs"), [

@@ -22,7 +22,7 @@ from protorl.config import SCRATCH_PREFIX, scratch_dir_name
 from protorl.errors import ResultsError
 from protorl.results.io import read_csv, read_result, series
 from protorl.results.paths import inside
-from protorl.storage.rundir import RERUN_FREE_KEYS
+from protorl.storage.rundir import result_changing_differences
 from protorl.sweep import agent_choice
 
 # DMC rewards lie in [0, 1] per control step, so a task's returns lie in [0, control steps per episode]:
@@ -224,15 +224,15 @@ def deduplicate(records: list[Record]) -> tuple[list[Record], list[Record]]:
 
     Records of one (method, task, seed) from runs whose configs differ in a setting that changes results are
     different experiments, not repeats: that raises `ResultsError` naming the keys to add to `--group-by`. The
-    settings a rerun may change (`RERUN_FREE_KEYS`: checkpoints, logging, devices) do not tell runs apart."""
+    settings a rerun may change (checkpoints, logging, devices; where a snapshot recorded by its content lives) do
+    not tell runs apart."""
     groups = defaultdict(list)
     for record in records:
         groups[record.method, record.task, record.seed].append(record)
     kept, dropped = [], []
     for (method, task, seed), group in groups.items():
         configs = [flat_config(record.path.parent) for record in group] if len(group) > 1 else [{}]
-        differing = sorted({key for config in configs[1:] for key in config.keys() | configs[0].keys()
-                            if key.split(".")[-1] not in RERUN_FREE_KEYS and config.get(key) != configs[0].get(key)})
+        differing = sorted({key for config in configs[1:] for key in result_changing_differences(configs[0], config)})
         if differing:
             raise ResultsError(f"{method} on {task} seed {seed} comes from runs with different configs "
                                f"({', '.join(str(r.path.parent) for r in group)}; they differ in "

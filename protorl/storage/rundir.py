@@ -141,10 +141,16 @@ def config_differences(saved: Config, wanted: Config) -> list[str]:
     recorded by its content (`snapshot_sha256`) may have moved: then where it lives is free, its content is not."""
     old = _flatten(OmegaConf.to_container(OmegaConf.structured(saved)))
     new = _flatten(OmegaConf.to_container(OmegaConf.structured(wanted)))
-    free = RERUN_FREE_KEYS | (SNAPSHOT_PLACES if saved.snapshot_sha256 is not None else set())
-    if saved.snapshot_sha256 is None:  # recorded by an older protorl: by its path
+    return [f"{key}={old.get(key)!r} (now {new.get(key)!r})" for key in result_changing_differences(old, new)]
+
+
+def result_changing_differences(old: dict[str, object], new: dict[str, object]) -> list[str]:
+    """The dotted keys, sorted, whose values differ between two flattened configs in a way that changes results:
+    not `RERUN_FREE_KEYS`, and not where a snapshot lives once `old` records it by its content."""
+    free = RERUN_FREE_KEYS | (SNAPSHOT_PLACES if old.get("snapshot_sha256") is not None else set())
+    if old.get("snapshot_sha256") is None:  # recorded by an older protorl: by its path
         free |= {"snapshot_sha256"}
-    return [f"{key}={old.get(key)!r} (now {new.get(key)!r})" for key in sorted(old.keys() | new.keys())
+    return [key for key in sorted(old.keys() | new.keys())
             if key.split(".")[-1] not in free and old.get(key) != new.get(key)]
 
 
