@@ -33,7 +33,7 @@ from protorl.sweep import agent_choice
 
 RIDGE_STRENGTHS = tuple(10.0**k for k in range(-4, 6))  # times N, on features of unit mean square
 CV_FOLDS = 5  # contiguous blocks of the fitted frames, each held out in turn to choose the ridge strengths
-EPISODE_STEPS = 10  # agent steps per episode of the random policy that collects the frames: a random policy
+EPISODE_AGENT_STEPS = 10  # agent steps per episode of the random policy that collects the frames: a random policy
 # barely moves a body in a few dozen steps, so the frames of an episode are nearly one sample of the start state
 
 
@@ -48,7 +48,7 @@ class ProbeFrames:
 
 def collect_frames(task: str, samples: int, seed: int, obs: str = "states", image_size: int = 84,
                    frame_stack: int = 3, action_repeat: int = 2, camera_id: int | None = None,
-                   episode_steps: int = EPISODE_STEPS) -> ProbeFrames:
+                   episode_steps: int = EPISODE_AGENT_STEPS) -> ProbeFrames:
     """`samples` observations of a uniform-random policy on `task`, in episodes of at most `episode_steps` agent
     steps (many starts, so that the first frames and the held-out last ones come from the same distribution), the
     environment and the actions seeded by `seed`: the same frames on every call with the same arguments."""

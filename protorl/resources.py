@@ -31,7 +31,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from protorl.agents import agent_class, agent_config, make_agent
 from protorl.config import AgentConfig, Config, ConfigError, downstream_tasks
 from protorl.envs import Env, make_env
-from protorl.replay import Batch, ReplayBuffer
+from protorl.replay import Batch, ReplayBuffer, frames_device
 from protorl.runtime import resolve_device
 from protorl.training.callbacks.analyses import runs_analyses
 
@@ -50,7 +50,7 @@ class MemoryEstimate:
     pretrain_data: int  # the pre-training's replay a fine-tuning learns from, and its relabelled copy
     agent: int  # the agent at its peak in an update
     replay_reserved: int  # the whole replay buffer, which the operating system must agree to reserve
-    on_device: int  # what goes to a GPU when the run uses one: the agent, and the replay's frames if kept there
+    device_frames: int  # the replay's frames, which a run on a GPU also keeps there (`replay_on_device`)
 
     @property
     def total(self) -> int:
@@ -90,6 +90,7 @@ def phase_estimates(cfg: Config, command: str, pretrained: dict | None = None) -
             process = max(process, resident_bytes())
             keeps_states = runs_analyses(cfg, name) or (name == "pretrain" and cfg.snapshot_replay)
             slot = _replay_bytes_per_slot(env, keeps_states)
+            device_frames = cfg.replay_capacity * math.prod(env.frame_shape) * env.frame_dtype.itemsize
             agent_bytes = _agent_peak_bytes(cfg, env, mode)
         finally:
             env.close()
@@ -106,8 +107,8 @@ def phase_estimates(cfg: Config, command: str, pretrained: dict | None = None) -
                 data = _nbytes(pretrained.get("replay", {}))
             else:  # the snapshot written by the pre-training, loaded, and its relabelled copy
                 data = 2 * pretrain_replay
-        on_device = agent_bytes + (written * slot if cfg.replay_on_device else 0)
-        estimates.append(MemoryEstimate(name, 0, replay, data, agent_bytes, cfg.replay_capacity * slot, on_device))
+        estimates.append(MemoryEstimate(name, 0, replay, data, agent_bytes, cfg.replay_capacity * slot,
+                                        device_frames))
     return [dataclasses.replace(estimate, process=process) for estimate in estimates]  # with every phase loaded
 
 
@@ -122,12 +123,16 @@ def check_memory(cfg: Config, command: str, pretrained: dict | None = None) -> M
     device = resolve_device(cfg.device)
     memory = _meminfo()
     for estimate in estimates:
-        on_device = estimate.on_device if device.type == "cuda" else 0
-        if on_device:
+        on_device = 0
+        if device.type == "cuda":  # the agent, and the replay's frames where the run will keep them there too
+            frames_there = frames_device(device, estimate.device_frames, cfg.replay_on_device) is not None
+            on_device = estimate.agent + (estimate.device_frames if frames_there else 0)
             free = torch.cuda.mem_get_info(device)[0]
             if on_device > free:
+                frames = " with the replay's frames (replay_on_device=false keeps them on the host)" \
+                    if frames_there else ""
                 raise ConfigError(f"the agent would need about {on_device / GIB:.1f} GiB of {device} at its peak "
-                                  f"({estimate.phase}) and {free / GIB:.1f} GiB are free there; lower "
+                                  f"({estimate.phase}){frames} and {free / GIB:.1f} GiB are free there; lower "
                                   "agent.batch_size or the agent's sizes (its networks, prototypes, queue)")
         if not memory:
             continue

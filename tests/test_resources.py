@@ -132,6 +132,27 @@ def test_on_a_gpu_the_agent_is_checked_against_the_gpus_free_memory(tmp_path, mo
     assert check_memory(cfg, "pretrain").agent == agent_bytes
 
 
+@pytest.mark.parametrize(("capacity", "replay_on_device", "refused"), [
+    (500, None, True), (500, True, True), (500, False, False),  # frames under half the free memory
+    (5000, None, False), (5000, True, True), (5000, False, False),  # over half: by default on the host
+])
+def test_on_a_gpu_the_replays_frames_count_where_the_run_keeps_them(tmp_path, monkeypatch, capacity,
+                                                                    replay_on_device, refused):
+    """The frames go to the GPU with replay_on_device=true, and by default when they take under half its free
+    memory (as the training loop decides): then they count with the agent against that memory."""
+    cfg = tiny(tmp_path, device="cuda", obs="pixels", image_size=32, replay_capacity=capacity,
+               replay_on_device=replay_on_device, agent=tiny_config("proto"))
+    estimate = estimate_memory(cfg, "pretrain")
+    assert estimate.device_frames == capacity * 3 * 32 * 32  # a uint8 RGB frame per slot (stacks are rebuilt)
+    free = estimate.agent + estimate.device_frames // 2  # the agent fits, the agent and the frames do not
+    monkeypatch.setattr(torch.cuda, "mem_get_info", lambda device=None: (free, 80 * 2**30))
+    if refused:
+        with pytest.raises(ConfigError, match="with the replay's frames"):
+            check_memory(cfg, "pretrain")
+    else:
+        check_memory(cfg, "pretrain")
+
+
 def test_the_estimate_runs_every_part_of_the_update_whatever_its_schedules(tmp_path):
     def agent_bytes(**fields) -> int:
         return estimate_memory(tiny(tmp_path, agent=tiny_config("proto", **fields)), "pretrain").agent
