@@ -124,7 +124,7 @@ class Config:
     pretrain_frames: int = 500_000  # 0 (protorl-train only): no pre-training, learn online from the task reward
     finetune_frames: int = 500_000
     seed_transitions: int = 1000  # agent steps of a uniform-random policy before updates start
-    replay_capacity: int = 100_000  # transitions
+    replay_capacity: int = 100_000  # stored agent steps (slots): each episode's first frame takes one too
     # also keep the replay's frames in the accelerator's memory and sample there (a 100k-frame pixel buffer is
     # ~2 GB); None: when the device is CUDA and they take under half its free memory
     replay_on_device: bool | None = None

@@ -60,6 +60,9 @@ def particle_entropy_reward(z: torch.Tensor, k: int) -> torch.Tensor:
 
 
 class APTAgent(Agent):
+    """APT (Liu and Abbeel 2021): a SimCLR contrastive loss trains the encoder and projector; the reward is the
+    particle-based k-NN distance within the batch."""
+
     name = "apt"
     config_class = APTConfig
     metrics = ("repr_loss", "intr_reward_mean", "intr_reward_std", *PROJECTION_METRICS)

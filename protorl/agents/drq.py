@@ -26,6 +26,9 @@ class EncoderTrainedByCritic(Agent):
 
 
 class DrQAgent(EncoderTrainedByCritic):
+    """DrQ (Kostrikov et al. 2020): SAC on the task reward from the first frame, the critic's loss training the
+    encoder; it has no task-agnostic phase."""
+
     name = "drq"
 
     def update_online(self, batch: Batch, step: int) -> Metrics:

@@ -94,6 +94,9 @@ class ICM(nn.Module):
 
 
 class ICMAgent(Agent):
+    """Curiosity, ICM (Pathak et al. 2017): forward and inverse models beside DrQ's critic loss train the
+    encoder; the reward is the forward model's prediction error."""
+
     name = "icm"
     config_class = ICMConfig
     metrics = ("icm_forward_loss", "icm_inverse_loss", "intr_reward_mean", "intr_reward_std", *PROJECTION_METRICS)

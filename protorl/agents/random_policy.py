@@ -18,6 +18,9 @@ from protorl.replay import Batch
 
 
 class RandomAgent(EncoderTrainedByCritic):
+    """Random (appendix C.4): uniform-random actions in pre-training, while DrQ's critic loss on reward 0 trains
+    the encoder."""
+
     name = "random"
 
     def act(self, obs: np.ndarray, sample: bool) -> np.ndarray:

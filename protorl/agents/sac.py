@@ -80,8 +80,11 @@ class SAC:
             soft_update(self.critic, self.critic_target, self.cfg.critic_target_tau)
         return metrics
 
-    def update_critic(self, features, action, reward, discount, next_features,
+    def update_critic(self, features: torch.Tensor, action: torch.Tensor, reward: torch.Tensor,
+                      discount: torch.Tensor, next_features: torch.Tensor,
                       encoder_optimizer: torch.optim.Optimizer | None = None) -> Metrics:
+        """The twin critics' soft Bellman loss on (B, 1) targets; with `encoder_optimizer`, `features` carry the
+        encoder's graph and the same step trains it (DrQ's rule)."""
         with torch.no_grad():
             dist = self.actor(next_features)
             next_action = dist.rsample()
@@ -96,6 +99,8 @@ class SAC:
             return {"critic_loss": critic_loss.detach(), "critic_q": q1.mean()}
 
     def update_actor_and_alpha(self, features: torch.Tensor, step: int) -> Metrics:
+        """The actor's loss (with the penalty toward the pre-trained actor, if any), then the temperature's;
+        `features` (B, R) are detached."""
         dist = self.actor(features)
         action = dist.rsample()
         log_prob = log_prob_sum(dist, action)

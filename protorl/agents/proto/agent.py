@@ -100,6 +100,9 @@ class ProtoConfig(AgentConfig):
 
 
 class ProtoAgent(Agent):
+    """Proto-RL: the prototypical representation and the k-NN exploration reward over prototype-balanced
+    candidates, in its three modes (pre-training, downstream on the frozen representation, online)."""
+
     name = "proto"
     config_class = ProtoConfig
     # intr_reward_share (downstream): alpha * mean r_intr / (|mean r| + alpha * mean r_intr) of the batch's reward
