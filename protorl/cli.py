@@ -47,16 +47,14 @@ def checked_config(cfg: DictConfig, command: str, overrides: Sequence[str] = ())
     """
     from protorl.commands import check
     from protorl.errors import ProtorlError
-    from protorl.validate import check_named_env
 
     try:
         unknown = _unknown_keys(cfg, Config)
         if unknown:  # Hydra adds keys given with `+`; the typed config would drop them silently
             raise ConfigError(f"unknown config key {', '.join(unknown)}: not a protorl setting (protorl/config.py)")
         config: Config = OmegaConf.to_object(OmegaConf.merge(OmegaConf.structured(Config), cfg))
-        config, pretrained = check(config, command)
-        if any(override.split("=", 1)[0].lstrip("+~") == "env" for override in overrides):
-            check_named_env(config, command)
+        env_named = any(override.split("=", 1)[0].lstrip("+~") == "env" for override in overrides)
+        config, pretrained = check(config, command, env_named)
     except (ProtorlError, ValueError, OmegaConfBaseException) as error:
         _exit_with(_one_line(error))
     return config, pretrained

@@ -32,7 +32,7 @@ from protorl.storage.checkpoints import drop_checkpoints
 from protorl.storage.rundir import claim_run_dir, release_run_dir
 from protorl.storage.snapshots import file_sha256, load_snapshot, snapshot_in_sweep
 from protorl.training import PhaseResult, Trainer, prepare_process
-from protorl.validate import validate
+from protorl.validate import check_named_env, validate
 
 log = logging.getLogger("protorl")
 COMMANDS = ("pretrain", "finetune", "train")
@@ -40,17 +40,17 @@ COMMANDS = ("pretrain", "finetune", "train")
 
 def pretrain(config: Config | None = None, **fields) -> list[PhaseResult]:
     """Task-agnostic pre-training (`protorl-pretrain`); its snapshots are in the result's `snapshots`."""
-    return run_command(configured(config, fields), "pretrain")
+    return run_command(configured(config, fields), "pretrain", env_named="env" in fields)
 
 
 def finetune(config: Config | None = None, **fields) -> list[PhaseResult]:
     """Downstream RL from `snapshot` on `env` (or each of `finetune_envs`) (`protorl-finetune`)."""
-    return run_command(configured(config, fields), "finetune")
+    return run_command(configured(config, fields), "finetune", env_named="env" in fields)
 
 
 def train(config: Config | None = None, **fields) -> list[PhaseResult]:
     """Pre-training, then fine-tuning from its last snapshot (`protorl-train`)."""
-    return run_command(configured(config, fields), "train")
+    return run_command(configured(config, fields), "train", env_named="env" in fields)
 
 
 def configured(config: Config | None, fields: dict) -> Config:
@@ -106,9 +106,10 @@ def _is_a(value, kind) -> bool:
     return isinstance(value, kind)
 
 
-def check(config: Config, command: str) -> tuple[Config, dict | None]:
+def check(config: Config, command: str, env_named: bool = False) -> tuple[Config, dict | None]:
     """`config` checked for `command` (one of `COMMANDS`) before anything is written, as a new config, and for
-    finetune its snapshot, read and checked. In the new config `snapshot` is absolute, so the run directory records
+    finetune its snapshot, read and checked. `env_named`: the user named `env`, which must then be a task of the
+    run. In the new config `snapshot` is absolute, so the run directory records
     where it came from (with `pretrain_sweep` instead, it is the sweep's matching snapshot), and `agent` is of its
     agent's own config class."""
     if command == "finetune" and config.pretrain_sweep and not config.snapshot:
@@ -124,6 +125,8 @@ def check(config: Config, command: str) -> tuple[Config, dict | None]:
                               f"({config.snapshot_sha256})")
         config = dataclasses.replace(config, snapshot=str(snapshot), snapshot_sha256=digest)
     validate(config, command)
+    if env_named:
+        check_named_env(config, command)
     config = dataclasses.replace(config, agent=agent_config(config.agent))  # as the run directory records it
     pretrained = None
     if command == "finetune" and config.snapshot:  # refuse a missing or mismatched snapshot before any work
@@ -142,15 +145,16 @@ def check(config: Config, command: str) -> tuple[Config, dict | None]:
 _one_run_per_process = threading.Lock()
 
 
-def run_command(config: Config, command: str) -> list[PhaseResult]:
+def run_command(config: Config, command: str, env_named: bool = False) -> list[PhaseResult]:
     """Check `config`, claim its run directory, run the phases of `command` and release the directory; one run at a
-    time per process (`ConfigError` for a second one started meanwhile, e.g. from another thread)."""
+    time per process (`ConfigError` for a second one started meanwhile, e.g. from another thread). `env_named`:
+    the caller set `env`, which must then be a task of the run."""
     if not _one_run_per_process.acquire(blocking=False):
         raise ConfigError("another protorl run is in progress in this process: runs draw from the process-wide "
                           "random generators of torch, NumPy and Python, so two at once would not give either's "
                           "results; run them one after the other, or in separate processes")
     try:
-        config, pretrained = check(config, command)
+        config, pretrained = check(config, command, env_named)
         run_dir = claim_run_dir(config)
         try:
             return run_phases(config, command, run_dir, pretrained)

@@ -55,6 +55,10 @@ def test_bad_input_raises_one_clear_error_and_writes_nothing(tmp_path):
         protorl.pretrain(tiny(tmp_path / "b", agent=tiny_config("proto", knn_k=0)))
     with pytest.raises(SnapshotError, match="no such file"):
         protorl.finetune(tiny(tmp_path / "c"), snapshot=str(tmp_path / "missing.pt"))
+    maze = tiny(tmp_path / "d", pretrain_env="point_mass_maze_explore",
+                finetune_envs=["point_mass_maze_reach_top_left"])
+    with pytest.raises(ConfigError, match="env=walker_run is not a task of this run"):
+        protorl.train(maze, env="walker_run")  # the config's tasks would run, not walker_run
     assert not any(tmp_path.iterdir())
 
 
