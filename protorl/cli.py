@@ -119,6 +119,7 @@ def _run_phases(config: Config, command: str, run_dir: Path, pretrained: dict | 
     from protorl.errors import ProtorlError, ResultsError, TrainingDiverged
     from protorl.results.analyze import analyze_run
     from protorl.results.report import plot_run, summary
+    from protorl.storage.layout import PRETRAIN_DIR
 
     try:
         results = run_phases(config, command, run_dir, pretrained)
@@ -128,7 +129,7 @@ def _run_phases(config: Config, command: str, run_dir: Path, pretrained: dict | 
         _exit_with(error)
     plot = plot_run(results, run_dir / "curves.png")
     print(summary(results, plot), flush=True)
-    if (run_dir / "pretrain" / "analysis.csv").is_file():  # what protorl-analyze RUN_DIR prints and plots
+    if (run_dir / PRETRAIN_DIR / "analysis.csv").is_file():  # what protorl-analyze RUN_DIR prints and plots
         try:
             print(analyze_run(run_dir), flush=True)
         except ResultsError as error:

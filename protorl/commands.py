@@ -23,12 +23,13 @@ from pathlib import Path
 from omegaconf import MISSING, OmegaConf
 
 from protorl.agents import agent_class, agent_config
-from protorl.config import Config, ConfigError, downstream_dir_name, downstream_tasks, scratch_dir_name
+from protorl.config import Config, ConfigError, downstream_tasks
 from protorl.envs import make_env
 from protorl.logs.tracking import finish_run, phase_tracker, start_run
 from protorl.resources import check_memory
 from protorl.storage.atomic import write_text_atomic
 from protorl.storage.checkpoints import drop_checkpoints
+from protorl.storage.layout import CONFIG_FILE, PRETRAIN_DIR, downstream_dir_name, scratch_dir_name
 from protorl.storage.rundir import claim_run_dir, release_run_dir
 from protorl.storage.snapshots import file_sha256, load_snapshot, snapshot_in_sweep
 from protorl.training import PhaseResult, Trainer, prepare_process
@@ -166,8 +167,8 @@ def run_command(config: Config, command: str, env_named: bool = False) -> list[P
 
 def run_phases(config: Config, command: str, run_dir: Path, pretrained: dict | None) -> list[PhaseResult]:
     """The phases of `command` in the claimed `run_dir` (its `config.yaml` written first if new)."""
-    if not (run_dir / "config.yaml").exists():  # a continued run keeps the record it was made with
-        write_text_atomic(run_dir / "config.yaml", OmegaConf.to_yaml(OmegaConf.structured(config)))
+    if not (run_dir / CONFIG_FILE).exists():  # a continued run keeps the record it was made with
+        write_text_atomic(run_dir / CONFIG_FILE, OmegaConf.to_yaml(OmegaConf.structured(config)))
     device = prepare_process(config)
     log.info("run directory %s, device %s", run_dir, device)
     wandb_run = start_run(config, run_dir)
@@ -179,7 +180,7 @@ def run_phases(config: Config, command: str, run_dir: Path, pretrained: dict | N
     try:
         if command == "pretrain" or (command == "train" and pretrains):
             pretrain_task = config.pretrain_env or config.env
-            results.append(run_phase(config, "pretrain", pretrain_task, run_dir / "pretrain", wandb_run=wandb_run))
+            results.append(run_phase(config, "pretrain", pretrain_task, run_dir / PRETRAIN_DIR, wandb_run=wandb_run))
         if command == "train" and pretrains:  # fine-tune from the file just written, as protorl-finetune would
             pretrained = load_snapshot(results[-1].snapshots[-1])
         if command in ("finetune", "train"):

@@ -12,7 +12,7 @@ from omegaconf import MISSING
 
 from protorl.errors import ConfigError
 
-__all__ = ["EVAL_SEED_OFFSET", "MAX_SEED", "AgentConfig", "Config", "ConfigError", "downstream_dir_name",
+__all__ = ["EVAL_SEED_OFFSET", "MAX_SEED", "AgentConfig", "Config", "ConfigError",
            "downstream_tasks", "in_unit_interval", "invalid", "positive"]
 
 
@@ -181,15 +181,3 @@ def downstream_tasks(cfg: Config) -> list[str]:
     """The tasks fine-tuned after one pre-training: `finetune_envs`, or `env` alone."""
     return list(cfg.finetune_envs) or [cfg.env]
 
-
-def downstream_dir_name(cfg: Config, task: str) -> str:
-    """`finetune` for a single downstream task (`env`), else `finetune_<task>`."""
-    return f"finetune_{task}" if cfg.finetune_envs else "finetune"
-
-
-SCRATCH_PREFIX = "scratch_"  # the task name a fine-tuning without pre-training is recorded under: scratch_<task>
-
-
-def scratch_dir_name(task: str) -> str:
-    """`finetune_scratch_<task>`: the fine-tuning of `task` without pre-training (`compare_without_pretraining`)."""
-    return f"finetune_{SCRATCH_PREFIX}{task}"

@@ -29,6 +29,7 @@ from omegaconf import OmegaConf
 from protorl.agents.capabilities import Prototypes
 from protorl.envs import DMCEnv
 from protorl.pretrained import Pretrained, load_pretrained
+from protorl.storage.layout import CONFIG_FILE
 from protorl.sweep import agent_choice
 
 RIDGE_STRENGTHS = tuple(10.0**k for k in range(-4, 6))  # times N, on features of unit mean square
@@ -264,7 +265,7 @@ def snapshot_method(path: Path, config: dict) -> str:
     """The agent config a snapshot's run was started with (`proto_paper`, `proto`, ...) when the snapshot lies in
     its run directory (`<run>/pretrain/snapshots/`), else its agent's name."""
     run_dir = path.resolve().parent.parent.parent
-    if path.resolve().parent.name == "snapshots" and (run_dir / "config.yaml").is_file():
+    if path.resolve().parent.name == "snapshots" and (run_dir / CONFIG_FILE).is_file():
         return agent_choice(run_dir, OmegaConf.create(config))
     return str(config["agent"]["name"])
 

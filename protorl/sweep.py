@@ -19,15 +19,15 @@ from pathlib import Path
 from hydra.experimental.callback import Callback
 from omegaconf import DictConfig, OmegaConf
 
+from protorl.storage.layout import CONFIG_FILE, is_complete, phase_dirs
+
 log = logging.getLogger("protorl")
 INDEX_COLUMNS = ["run_dir", "overrides", "agent", "env", "seed", "phases", "complete"]
 
 
 def phase_states(run_dir: Path) -> dict[str, str]:
     """`{phase directory: "complete" | "incomplete"}` for `pretrain/`, `finetune/` and `finetune_<task>/`."""
-    phases = [p for p in sorted(run_dir.iterdir()) if p.is_dir() and (p.name == "pretrain" or
-                                                                        p.name.startswith("finetune"))]
-    return {p.name: "complete" if (p / "result.json").is_file() else "incomplete" for p in phases}
+    return {phase.name: "complete" if is_complete(phase) else "incomplete" for phase in phase_dirs(run_dir)}
 
 
 def agent_choice(run_dir: Path, cfg: DictConfig) -> str:
@@ -42,7 +42,7 @@ def index_row(run_dir: Path, sweep_dir: Path) -> dict[str, str]:
     """One job of a sweep: where it ran, what it overrode, and how far it got."""
     overrides_file = run_dir / ".hydra" / "overrides.yaml"
     overrides = OmegaConf.load(overrides_file) if overrides_file.is_file() else []
-    cfg = OmegaConf.load(run_dir / "config.yaml") if (run_dir / "config.yaml").is_file() else OmegaConf.create()
+    cfg = OmegaConf.load(run_dir / CONFIG_FILE) if (run_dir / CONFIG_FILE).is_file() else OmegaConf.create()
     states = phase_states(run_dir)
     return {"run_dir": str(run_dir.relative_to(sweep_dir)), "overrides": " ".join(overrides),
             "agent": agent_choice(run_dir, cfg), "env": cfg.get("env", ""),

@@ -52,7 +52,7 @@ def assert_one_complete_run_per_job(sweep_dir: Path, expected: set[tuple[str, in
     assert found == expected
     rows = read_index(sweep_dir)
     assert {(r["env"], int(r["seed"])) for r in rows} == expected
-    assert all(r["complete"] == "true" and r["phases"] == "finetune:complete pretrain:complete" for r in rows), rows
+    assert all(r["complete"] == "true" and r["phases"] == "pretrain:complete finetune:complete" for r in rows), rows
 
 
 @pytest.mark.parametrize("launcher", [

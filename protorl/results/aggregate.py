@@ -38,6 +38,7 @@ from protorl.results.stats import (
     require_rliable,
     write_estimates,
 )
+from protorl.storage.layout import PRETRAIN_DIR, is_complete
 
 
 def score_table(complete: list[Record], metric: Metric = RETURN) -> list[dict]:
@@ -130,8 +131,8 @@ def curve_panel(task: str, complete: list[Record], colors: dict[str, str], ylabe
 
 def _without_records(run_dir: Path) -> str:
     """Why a run has no record: its pre-training is still running (or stopped), or it has no such phase."""
-    pretrain = run_dir / "pretrain"
-    if pretrain.is_dir() and not (pretrain / "result.json").is_file():
+    pretrain = run_dir / PRETRAIN_DIR
+    if pretrain.is_dir() and not is_complete(pretrain):
         return "pre-training running or stopped, no downstream phase yet"
     return "run without such a phase"
 

@@ -21,10 +21,11 @@ from omegaconf import DictConfig, OmegaConf
 from protorl.agents.diagnostics import collapse_message
 from protorl.errors import ResultsError
 from protorl.exploration.maps import map_paths
-from protorl.results.finetuning import downstream_dirs, plot_finetuning
+from protorl.results.finetuning import evaluated_downstream_dirs, plot_finetuning
 from protorl.results.io import Rows, has, read_csv, read_result, series
 from protorl.results.paths import inside
 from protorl.results.plots import Curve, Level, Panel, plot_curves
+from protorl.storage.layout import CONFIG_FILE, PRETRAIN_DIR, RESULT_FILE
 
 COVERAGE_KEYS = {  # column -> (legend, line format)
     "coverage/entropy": ("normalised entropy (all visited states)", "o-"),
@@ -51,11 +52,11 @@ def phase_dir(run_dir: Path) -> Path:
     """The directory holding `analysis.csv`: `run_dir/pretrain`, or `run_dir` itself (a phase directory)."""
     if not run_dir.is_dir():
         raise ResultsError(f"{run_dir} is not a directory")
-    for candidate in (run_dir / "pretrain", run_dir):
+    for candidate in (run_dir / PRETRAIN_DIR, run_dir):
         if (candidate / "analysis.csv").is_file():
             return candidate
-    if downstream_dirs(run_dir):
-        return run_dir / "pretrain"  # a fine-tuning run: its downstream diagnostics alone
+    if evaluated_downstream_dirs(run_dir):
+        return run_dir / PRETRAIN_DIR  # a fine-tuning run: its downstream diagnostics alone
     raise ResultsError(f"{run_dir} is not a protorl run directory with analyses: no pretrain/analysis.csv "
                        "(written by protorl-pretrain and protorl-train unless analysis_every_frames=null)")
 
@@ -195,13 +196,13 @@ def analyze_run(run_dir: Path) -> str:
     writing anything."""
     phase = phase_dir(run_dir)
     out = run_dir / "analysis"
-    for path in (phase / "analysis.csv", phase / "train.csv", phase / "result.json", run_dir / "config.yaml",
+    for path in (phase / "analysis.csv", phase / "train.csv", phase / RESULT_FILE, run_dir / CONFIG_FILE,
                  phase / "maps", out, *(out / name for name in OUTPUTS)):
         inside(path, run_dir)
     maps = [inside(path, run_dir) for path in map_paths(phase / "maps", up_to_frames=math.inf)[-1:]]
     columns, rows = read_csv(phase / "analysis.csv")
     train_rows = read_csv(phase / "train.csv")[1]
-    config = OmegaConf.load(run_dir / "config.yaml") if (run_dir / "config.yaml").is_file() else None
+    config = OmegaConf.load(run_dir / CONFIG_FILE) if (run_dir / CONFIG_FILE).is_file() else None
     num_prototypes = _num_prototypes(config)
     out.mkdir(exist_ok=True)
     written = []

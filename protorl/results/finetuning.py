@@ -14,6 +14,7 @@ from pathlib import Path
 from protorl.results.io import Rows, has, read_csv, series
 from protorl.results.paths import inside
 from protorl.results.plots import Curve, Panel, plot_curves
+from protorl.storage.layout import downstream_dirs, downstream_name
 
 TRAIN_DIAGNOSTICS = {  # train.csv column -> (panel title, y label)
     "actor_drift": ("distance from the pre-trained actor", "mean L2 of mean actions"),
@@ -21,16 +22,16 @@ TRAIN_DIAGNOSTICS = {  # train.csv column -> (panel title, y label)
 }
 
 
-def downstream_dirs(run_dir: Path) -> list[Path]:
+def evaluated_downstream_dirs(run_dir: Path) -> list[Path]:
     """The run's downstream phase directories holding an eval.csv, in name order."""
-    return sorted(path.parent for path in run_dir.glob("finetune*/eval.csv"))
+    return [phase for phase in downstream_dirs(run_dir) if (phase / "eval.csv").is_file()]
 
 
 def plot_finetuning(run_dir: Path, path: Path) -> tuple[Path | None, list[str]]:
     """`path` (one row of panels per downstream task) and summary lines; (None, []) without downstream phases."""
     panels, lines = [], []
-    for phase in downstream_dirs(run_dir):
-        task = phase.name.removeprefix("finetune_") if phase.name != "finetune" else "finetune"
+    for phase in evaluated_downstream_dirs(run_dir):
+        task = downstream_name(phase, "finetune")
         evals = read_csv(inside(phase / "eval.csv", run_dir))[1]
         train = read_csv(inside(phase / "train.csv", run_dir))[1]
         panels.append(_return_panel(task, evals))

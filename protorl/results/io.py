@@ -7,6 +7,7 @@ import json
 from pathlib import Path
 
 from protorl.errors import ResultsError
+from protorl.storage.layout import RESULT_FILE
 
 Rows = list[dict[str, float]]
 
@@ -43,7 +44,7 @@ def series(rows: Rows, key: str) -> tuple[list[float], list[float]]:
 
 def read_result(phase: Path) -> dict | None:
     """The phase's `result.json`, written when it completed; None if it has none or one not written whole."""
-    path = phase / "result.json"
+    path = phase / RESULT_FILE
     if not path.is_file():
         return None
     try:

@@ -18,10 +18,18 @@ from pathlib import Path
 import numpy as np
 from omegaconf import DictConfig, OmegaConf
 
-from protorl.config import SCRATCH_PREFIX, scratch_dir_name
 from protorl.errors import ResultsError
 from protorl.results.io import read_csv, read_result, series
 from protorl.results.paths import inside
+from protorl.storage.layout import (
+    CONFIG_FILE,
+    PRETRAIN_DIR,
+    RESULT_FILE,
+    SCRATCH_PREFIX,
+    downstream_dirs,
+    downstream_name,
+    scratch_dir_name,
+)
 from protorl.storage.rundir import result_changing_differences
 from protorl.sweep import agent_choice
 
@@ -118,7 +126,7 @@ def discover_runs(paths: list[Path]) -> list[Path]:
             raise ResultsError(f"{path} does not exist" if not path.exists() else f"{path} is not a directory")
         found = []
         for root, dirs, files in os.walk(path):
-            if "config.yaml" in files:
+            if CONFIG_FILE in files:
                 found.append(Path(root))
                 dirs.clear()
             dirs[:] = sorted(d for d in dirs if d != ".hydra")  # Hydra's own copy of the unresolved config
@@ -153,23 +161,21 @@ def read_curve(path: Path, column: str) -> tuple[np.ndarray, np.ndarray]:
 def phases(run_dir: Path, cfg: DictConfig, metric: Metric) -> list[tuple[Path, str]]:
     """(phase directory, task) pairs of the run that `metric` reads."""
     if not metric.downstream:
-        return [(run_dir / "pretrain", cfg.get("pretrain_env") or cfg.env)] if (run_dir / "pretrain").is_dir() else []
-    return [(phase, cfg.env if phase.name == "finetune" else
-             phase.name.removeprefix("finetune_").removeprefix(SCRATCH_PREFIX))
-            for phase in sorted(run_dir.glob("finetune*"))
-            if phase.is_dir() and (phase.name == "finetune" or phase.name.startswith("finetune_"))]
+        pretrain = run_dir / PRETRAIN_DIR
+        return [(pretrain, cfg.get("pretrain_env") or cfg.env)] if pretrain.is_dir() else []
+    return [(phase, downstream_name(phase, cfg.env).removeprefix(SCRATCH_PREFIX)) for phase in downstream_dirs(run_dir)]
 
 
 def read_records(run_dir: Path, group_by: list[str], metric: Metric = RETURN) -> list[Record]:
     """One record per phase directory of the run that `metric` reads; ResultsError if a symlink leads a file
     it reads (`config.yaml`, `.hydra/hydra.yaml`, a phase's CSV or `result.json`) outside the run."""
-    cfg = OmegaConf.load(inside(run_dir / "config.yaml", run_dir))
+    cfg = OmegaConf.load(inside(run_dir / CONFIG_FILE, run_dir))
     inside(run_dir / ".hydra" / "hydra.yaml", run_dir)  # read by method_label for --group-by agent
     method = method_label(cfg, group_by, run_dir)
     records = []
     for phase, task in phases(run_dir, cfg, metric):
         frames, values = read_curve(inside(phase / metric.csv_name, run_dir), metric.column)
-        inside(phase / "result.json", run_dir)
+        inside(phase / RESULT_FILE, run_dir)
         status = NOT_EVALUATED if not len(frames) else COMPLETE if read_result(phase) is not None else RUNNING
         label = f"{method} {WITHOUT_PRETRAINING}" if phase.name == scratch_dir_name(task) else method
         records.append(Record(label, str(cfg.agent.name), task, int(cfg.seed), frames, values, status, phase))
@@ -215,7 +221,7 @@ def flat_config(run_dir: Path) -> dict[str, object]:
         else:
             yield prefix[:-1], node
 
-    config = OmegaConf.to_container(OmegaConf.load(run_dir / "config.yaml"))
+    config = OmegaConf.to_container(OmegaConf.load(run_dir / CONFIG_FILE))
     return {key: value for key, value in flatten(config) if key != "run_dir"}
 
 

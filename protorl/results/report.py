@@ -5,9 +5,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from protorl.config import scratch_dir_name
 from protorl.results.io import read_csv, series
 from protorl.results.plots import Curve, Panel, plot_curves
+from protorl.storage.layout import scratch_dir_name
 
 if TYPE_CHECKING:
     from protorl.training import PhaseResult

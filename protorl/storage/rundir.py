@@ -24,16 +24,22 @@ from pathlib import Path
 from omegaconf import OmegaConf
 
 from protorl.agents import agent_class
-from protorl.config import Config, downstream_dir_name, downstream_tasks, scratch_dir_name
+from protorl.config import Config, downstream_tasks
 from protorl.errors import ConfigError
+from protorl.storage.layout import (
+    CONFIG_FILE,
+    DOWNSTREAM_DIR,
+    PRETRAIN_DIR,
+    downstream_dir_name,
+    scratch_dir_name,
+)
 
 log = logging.getLogger("protorl")
 
-CONFIG_FILE = "config.yaml"
 LOCK_FILE = ".lock"
 # names of run data: a directory holding one of these is not taken for a new run (Hydra's .hydra/ and log are not)
-RUN_DATA = ("config.yaml", "curves.png", "analysis", "pretrain", "wandb_id.txt", "wandb")
-RUN_DATA_PREFIXES = ("finetune",)  # finetune/ and finetune_<task>/
+RUN_DATA = (CONFIG_FILE, "curves.png", "analysis", PRETRAIN_DIR, "wandb_id.txt", "wandb")
+RUN_DATA_PREFIXES = (DOWNSTREAM_DIR,)  # finetune/ and finetune_<task>/
 # keys that may differ between the commands that write one directory
 RERUN_FREE_KEYS = frozenset({
     "resume", "start_over", "keep_checkpoints", "run_dir", "device", "fast_malloc", "progress_bar",
@@ -188,7 +194,7 @@ def _check_contract(run_dir: Path, cfg: Config, delete: bool = True) -> None:
 
 def _run_paths(run_dir: Path, saved: Config) -> list[Path]:
     """What the run recorded in `saved` wrote into `run_dir`: what `start_over` deletes."""
-    names = ["pretrain", "analysis", "curves.png", "wandb_id.txt", CONFIG_FILE]
+    names = [PRETRAIN_DIR, "analysis", "curves.png", "wandb_id.txt", CONFIG_FILE]
     names += [downstream_dir_name(saved, task) for task in downstream_tasks(saved)]
     if saved.compare_without_pretraining:
         names += [scratch_dir_name(task) for task in downstream_tasks(saved)]

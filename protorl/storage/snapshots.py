@@ -16,6 +16,7 @@ from protorl.agents import agent_class
 from protorl.config import AgentConfig
 from protorl.errors import SnapshotError
 from protorl.storage.atomic import atomic_save, safe_load
+from protorl.storage.layout import PRETRAIN_DIR
 
 FORMAT_VERSION = 3  # 2: the projector as `linear` plus its statistics; 3: each agent's own config keys
 
@@ -102,7 +103,7 @@ def snapshot_in_sweep(sweep_dir: str | Path, agent: str, pretrain_task: str, see
     for config_file in sorted(sweep_dir.glob("*/config.yaml")):
         run = OmegaConf.load(config_file)
         if (run.agent.name, run.pretrain_env or run.env, run.seed) == (agent, pretrain_task, seed):
-            snapshot = config_file.parent / "pretrain" / "snapshots" / f"snapshot_{frames}.pt"
+            snapshot = config_file.parent / PRETRAIN_DIR / "snapshots" / f"snapshot_{frames}.pt"
             if not snapshot.is_file():
                 raise SnapshotError(f"pretrain_sweep={sweep_dir}: run {config_file.parent.name} has no snapshot "
                                     f"at pretrain_frames={frames} ({snapshot.name} is missing: unfinished, or not "

@@ -8,6 +8,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from protorl.storage.atomic import write_text_atomic
+from protorl.storage.layout import RESULT_FILE
 
 log = logging.getLogger("protorl")
 
@@ -26,14 +27,14 @@ class PhaseResult:
     def save(self) -> Path:
         """Write `result.json` into the phase directory. Paths in it are relative to the phase directory, so a
         copied or moved run directory stays whole."""
-        path = self.out_dir / "result.json"
+        path = self.out_dir / RESULT_FILE
         data = {**asdict(self), "out_dir": ".", "snapshots": [_relative(p, self.out_dir) for p in self.snapshots]}
         return write_text_atomic(path, json.dumps(data, indent=1))
 
     @classmethod
     def load(cls, out_dir: Path) -> PhaseResult | None:
         """The result of a completed phase in `out_dir`, or None if it has not completed."""
-        path = out_dir / "result.json"
+        path = out_dir / RESULT_FILE
         if not path.exists():
             return None
         try:
