@@ -22,7 +22,7 @@ from pathlib import Path
 
 from omegaconf import MISSING, OmegaConf
 
-from protorl.agents import agent_class, agent_config
+from protorl.agents import agent_class, agent_config, pretrains
 from protorl.config import Config, ConfigError, downstream_tasks
 from protorl.envs import make_env
 from protorl.logs.tracking import finish_run, phase_tracker, start_run
@@ -173,15 +173,15 @@ def run_phases(config: Config, command: str, run_dir: Path, pretrained: dict | N
     log.info("run directory %s, device %s", run_dir, device)
     wandb_run = start_run(config, run_dir)
     results = []
-    pretrains = agent_class(config.agent.name).supports("pretrain") and config.pretrain_frames > 0
-    if command == "train" and not pretrains:
+    pretraining = pretrains(config)
+    if command == "train" and not pretraining:
         log.info("no pre-training (agent=%s, pretrain_frames=%d): the downstream agent learns its "
                  "representation by its own rule while it learns the task", config.agent.name, config.pretrain_frames)
     try:
-        if command == "pretrain" or (command == "train" and pretrains):
+        if command == "pretrain" or (command == "train" and pretraining):
             pretrain_task = config.pretrain_env or config.env
             results.append(run_phase(config, "pretrain", pretrain_task, run_dir / PRETRAIN_DIR, wandb_run=wandb_run))
-        if command == "train" and pretrains:  # fine-tune from the file just written, as protorl-finetune would
+        if command == "train" and pretraining:  # fine-tune from the file just written, as protorl-finetune would
             pretrained = load_snapshot(results[-1].snapshots[-1])
         if command in ("finetune", "train"):
             for task in downstream_tasks(config):  # one snapshot, each downstream task from scratch

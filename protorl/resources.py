@@ -28,7 +28,7 @@ import torch
 from torch.utils import _pytree as pytree
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from protorl.agents import agent_class, agent_config, make_agent
+from protorl.agents import agent_class, agent_config, make_agent, pretrains
 from protorl.config import AgentConfig, Config, ConfigError, downstream_tasks
 from protorl.envs import Env, make_env
 from protorl.replay import Batch, ReplayBuffer, frames_device
@@ -67,13 +67,13 @@ def estimate_memory(cfg: Config, command: str, pretrained: dict | None = None) -
 def phase_estimates(cfg: Config, command: str, pretrained: dict | None = None) -> list[MemoryEstimate]:
     """The estimate of each phase `command` runs with `cfg`, in order."""
     agent = agent_class(cfg.agent.name)
-    pretrains = agent.supports("pretrain") and cfg.pretrain_frames > 0
+    pretraining = pretrains(cfg)
     task = downstream_tasks(cfg)[0]  # the tasks of a domain share their observation and action shapes
     phases = []  # (name, agent mode, task, frames)
-    if command in ("pretrain", "train") and pretrains:
+    if command in ("pretrain", "train") and pretraining:
         phases.append(("pretrain", "pretrain", cfg.pretrain_env or cfg.env, cfg.pretrain_frames))
     if command in ("finetune", "train"):
-        from_snapshot = pretrained is not None or (command == "train" and pretrains)
+        from_snapshot = pretrained is not None or (command == "train" and pretraining)
         if from_snapshot:
             phases.append(("finetune", "frozen", task, cfg.finetune_frames))
         if not from_snapshot or (cfg.compare_without_pretraining and agent.supports("online")):

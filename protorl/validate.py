@@ -8,7 +8,7 @@ import math
 
 import torch
 
-from protorl.agents import Agent, agent_class, agent_config, registered_agents
+from protorl.agents import Agent, agent_class, agent_config, pretrains, registered_agents
 from protorl.config import EVAL_SEED_OFFSET, MAX_SEED, AgentConfig, Config, ConfigError, downstream_tasks, invalid
 from protorl.envs import Simulated, check_task, make_env, split_task
 from protorl.envs.names import gymnasium_id
@@ -60,11 +60,11 @@ def _check_agent(cfg: Config, command: str) -> type[Agent]:
     agent_config(cfg.agent).check()
     if cfg.pretrain_frames < 0 or (command == "pretrain" and cfg.pretrain_frames == 0):
         fail("pretrain_frames", cfg.pretrain_frames, "a positive integer (0 only with protorl-train: no pre-training)")
-    pretrains = agent.supports("pretrain")
-    if command == "pretrain" and not pretrains:
+    has_pretraining = agent.supports("pretrain")
+    if command == "pretrain" and not has_pretraining:
         fail("agent", agent.name, "an agent with a task-agnostic phase: DrQ learns from the task reward only "
              "(run it with protorl-train or protorl-finetune)")
-    if command == "train" and pretrains and cfg.pretrain_frames == 0 and not agent.supports("online"):
+    if command == "train" and has_pretraining and cfg.pretrain_frames == 0 and not agent.supports("online"):
         fail("pretrain_frames", 0, f"a positive integer: agent={agent.name} learns its representation only "
              "in pre-training (agents without pre-training: "
              f"{', '.join(name for name, a in registered_agents().items() if a.supports('online'))})")
@@ -127,7 +127,7 @@ def _check_observations(cfg: Config) -> None:
         fail("image_size", cfg.image_size, "at least 15 pixels (the 4-layer conv encoder needs a 1x1 output)")
 
 
-def _check_tasks(cfg: Config, command: str, pretrains: bool) -> None:
+def _check_tasks(cfg: Config, command: str, has_pretraining: bool) -> None:
     """The tasks exist, fit the replay and the frame budgets, share the pre-training's domain; fine-tuning has a
     snapshot."""
     tasks = [cfg.env, *([cfg.pretrain_env] if cfg.pretrain_env is not None else []), *cfg.finetune_envs]
@@ -142,7 +142,7 @@ def _check_tasks(cfg: Config, command: str, pretrains: bool) -> None:
     if cfg.replay_capacity <= frame_stack:
         fail("replay_capacity", cfg.replay_capacity, f"more than the frame stack ({frame_stack}): a transition "
              "needs its stacks in the buffer")
-    phases = {"pretrain_frames": command != "finetune" and pretrains and cfg.pretrain_frames > 0,
+    phases = {"pretrain_frames": command != "finetune" and pretrains(cfg),
               "finetune_frames": command != "pretrain"}
     for key in (key for key, runs in phases.items() if runs):
         if getattr(cfg, key) // cfg.action_repeat <= cfg.seed_transitions:
@@ -152,15 +152,15 @@ def _check_tasks(cfg: Config, command: str, pretrains: bool) -> None:
         _check_camera(cfg, [cfg.env, *([cfg.pretrain_env] if cfg.pretrain_env else []), *cfg.finetune_envs])
     if len(set(cfg.finetune_envs)) != len(cfg.finetune_envs):
         fail("finetune_envs", list(cfg.finetune_envs), "a list of distinct task names")
-    if command == "train" and pretrains and cfg.pretrain_frames > 0:
+    if command == "train" and pretrains(cfg):
         pretrain_domain = split_task(cfg.pretrain_env or cfg.env)[0]
         other = [task for task in downstream_tasks(cfg) if split_task(task)[0] != pretrain_domain]
         if other:
             raise ConfigError(f"downstream task(s) {', '.join(other)} are not of the pre-training task's domain "
                               f"{pretrain_domain!r}: a snapshot serves the tasks of its own domain only")
     if cfg.pretrain_data_share != 0:
-        _check_pretrain_data(cfg, command, pretrains)
-    if command == "finetune" and not (cfg.snapshot or cfg.pretrain_sweep) and pretrains:
+        _check_pretrain_data(cfg, command)
+    if command == "finetune" and not (cfg.snapshot or cfg.pretrain_sweep) and has_pretraining:
         raise ConfigError("finetune needs a pre-training snapshot: add snapshot=/path/to/snapshot.pt or "
                           "pretrain_sweep=<a pre-training sweep's directory> (or run protorl-train "
                           "pretrain_frames=0 to learn without pre-training)")
@@ -170,7 +170,7 @@ def check_named_env(cfg: Config, command: str) -> None:
     """`env`, named on the command line, is a task of the run: a preset's `pretrain_env` and `finetune_envs` take
     its place, so a run that would pre-train and fine-tune on other tasks is refused."""
     tasks = downstream_tasks(cfg) if command != "pretrain" else []
-    if command != "finetune" and agent_class(cfg.agent.name).supports("pretrain") and cfg.pretrain_frames > 0:
+    if command != "finetune" and pretrains(cfg):
         tasks.append(cfg.pretrain_env or cfg.env)
     if cfg.env not in tasks:
         named = ([f"pretrain_env={cfg.pretrain_env}"] if cfg.pretrain_env and command != "finetune" else []) + \
@@ -181,7 +181,7 @@ def check_named_env(cfg: Config, command: str) -> None:
                           "choose a preset that runs env, such as preset=small or preset=paper")
 
 
-def _check_pretrain_data(cfg: Config, command: str, pretrains: bool) -> None:
+def _check_pretrain_data(cfg: Config, command: str) -> None:
     """Fine-tuning on the pre-training's data: a share of the batch, simulated tasks, a replay in the snapshot."""
     if not 0 <= cfg.pretrain_data_share < 1:
         fail("pretrain_data_share", cfg.pretrain_data_share, "a number in [0, 1): the share of each fine-tuning "
@@ -190,7 +190,7 @@ def _check_pretrain_data(cfg: Config, command: str, pretrains: bool) -> None:
         if gymnasium_id(task) is not None:
             fail("pretrain_data_share", cfg.pretrain_data_share, f"0 for {task}: relabelling the pre-training's "
                  "data needs a simulated task's physical states (DeepMind Control tasks)")
-    if command == "train" and pretrains and cfg.pretrain_frames > 0 and not cfg.snapshot_replay:
+    if command == "train" and pretrains(cfg) and not cfg.snapshot_replay:
         fail("snapshot_replay", cfg.snapshot_replay, "true with pretrain_data_share > 0: the snapshot must hold "
              "the pre-training's replay buffer")
 

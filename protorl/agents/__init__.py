@@ -25,7 +25,7 @@ from protorl.agents.icm import ICMAgent
 from protorl.agents.proto.agent import ProtoAgent
 from protorl.agents.random_policy import RandomAgent
 from protorl.agents.sac import SAC
-from protorl.config import AgentConfig, ConfigError
+from protorl.config import AgentConfig, Config, ConfigError
 
 BUILT_IN: dict[str, type[Agent]] = {cls.name: cls for cls in (ProtoAgent, RandomAgent, ICMAgent, APTAgent, DrQAgent)}
 ENTRY_POINT_GROUP = "protorl.agents"
@@ -69,6 +69,11 @@ def agent_config(cfg: AgentConfig) -> AgentConfig:
     return config_class(**shared)
 
 
+def pretrains(cfg: Config) -> bool:
+    """Whether a run of `cfg` has a task-agnostic pre-training: its agent has one and `pretrain_frames` > 0."""
+    return agent_class(cfg.agent.name).supports("pretrain") and cfg.pretrain_frames > 0
+
+
 def make_agent(cfg: AgentConfig, obs_type: str, obs_shape: tuple[int, ...], action_shape: tuple[int, ...],
                device: torch.device, mode: str) -> Agent:
     """The agent named `cfg.name` for `mode` (one of `MODES`)."""
@@ -76,4 +81,4 @@ def make_agent(cfg: AgentConfig, obs_type: str, obs_shape: tuple[int, ...], acti
 
 
 __all__ = ["BUILT_IN", "ENTRY_POINT_GROUP", "MODES", "SAC", "APTAgent", "Agent", "DrQAgent", "ICMAgent", "ProtoAgent",
-           "RandomAgent", "agent_class", "agent_config", "make_agent", "registered_agents"]
+           "RandomAgent", "agent_class", "agent_config", "make_agent", "pretrains", "registered_agents"]
