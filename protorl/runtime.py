@@ -20,19 +20,25 @@ def resolve_device(name: str) -> torch.device:
     return torch.device(name)
 
 
+def device_problem(name: str) -> str | None:
+    """What a device name should be instead, where this machine cannot run on `name`; None where it can."""
+    if name != "auto" and not (name == "cpu" or name.startswith("cuda")):
+        return "'auto', 'cpu' or 'cuda[:N]'"
+    if name.startswith("cuda"):
+        if not torch.cuda.is_available():
+            return "'auto' or 'cpu': CUDA is not available on this machine"
+        index = name.partition(":")[2]
+        if index and (not index.isdigit() or int(index) >= torch.cuda.device_count()):
+            return f"'cuda:N' with N below {torch.cuda.device_count()}, the CUDA devices of this machine"
+    return None
+
+
 def check_device(name: str) -> torch.device:
     """`resolve_device(name)`, or `ConfigError` for a device this machine does not have."""
-    try:
-        device = resolve_device(name)
-    except RuntimeError as error:
-        raise ConfigError(f"invalid device {name!r}: expected 'auto', 'cpu' or 'cuda[:N]' ({error})") from None
-    if device.type == "cuda":
-        count = torch.cuda.device_count() if torch.cuda.is_available() else 0
-        if count == 0 or (device.index or 0) >= count:
-            raise ConfigError(f"invalid device {name!r}: this machine has {count} CUDA device(s)")
-    elif device.type != "cpu":
-        raise ConfigError(f"invalid device {name!r}: expected 'auto', 'cpu' or 'cuda[:N]'")
-    return device
+    problem = device_problem(name)
+    if problem is not None:
+        raise ConfigError(f"invalid device {name!r}: expected {problem}")
+    return resolve_device(name)
 
 
 def set_seed(seed: int) -> None:

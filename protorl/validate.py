@@ -6,13 +6,12 @@ from __future__ import annotations
 import dataclasses
 import math
 
-import torch
-
 from protorl.agents import Agent, agent_class, agent_config, pretrains, registered_agents
 from protorl.config import EVAL_SEED_OFFSET, MAX_SEED, AgentConfig, Config, ConfigError, downstream_tasks, invalid
 from protorl.envs import Simulated, check_task, make_env, split_task
 from protorl.envs.names import gymnasium_id
 from protorl.logs.tracking import wandb_available
+from protorl.runtime import device_problem
 
 _POSITIVE_INTS = {
     "finetune_frames", "replay_capacity", "update_every_steps", "updates_per_step",
@@ -105,15 +104,9 @@ def _check_process(cfg: Config) -> None:
             fail("wandb", True, "false, or install the wandb package first: pip install -e \".[wandb]\"")
     if cfg.threads is not None and cfg.threads <= 0:
         fail("threads", cfg.threads, "a positive integer or null")
-    if cfg.device != "auto" and not (cfg.device == "cpu" or cfg.device.startswith("cuda")):
-        fail("device", cfg.device, "'auto', 'cpu' or 'cuda[:N]'")
-    if cfg.device.startswith("cuda"):
-        if not torch.cuda.is_available():
-            fail("device", cfg.device, "'auto' or 'cpu': CUDA is not available on this machine")
-        index = cfg.device.partition(":")[2]
-        if index and (not index.isdigit() or int(index) >= torch.cuda.device_count()):
-            fail("device", cfg.device, f"'cuda:N' with N below {torch.cuda.device_count()}, the CUDA devices of "
-                 "this machine")
+    problem = device_problem(cfg.device)
+    if problem is not None:
+        fail("device", cfg.device, problem)
 
 
 def _check_observations(cfg: Config) -> None:
