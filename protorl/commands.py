@@ -23,7 +23,7 @@ from pathlib import Path
 from omegaconf import MISSING, OmegaConf
 
 from protorl.agents import agent_class, agent_config, pretrains
-from protorl.config import Config, ConfigError, downstream_tasks
+from protorl.config import Config, ConfigError, downstream_tasks, invalid
 from protorl.envs import make_env
 from protorl.logs.tracking import finish_run, phase_tracker, start_run
 from protorl.resources import check_memory
@@ -63,7 +63,7 @@ def configured(config: Config | None, fields: dict) -> Config:
         raise ConfigError(f"unknown config key {', '.join(unknown)}: not a protorl setting (protorl/config.py)")
     config = dataclasses.replace(config, **fields)
     for key, value, expected in type_errors(config):
-        raise ConfigError(f"invalid config value {key}={value!r}: expected {expected}")
+        raise invalid(key, value, expected)
     if config.run_dir is MISSING:
         raise ConfigError("run_dir is required: the directory the run writes into (or continues)")
     return config
