@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from protorl.envs.actions import to_action_range
 from protorl.envs.frame_stack import FrameStack
 from protorl.envs.names import GYMNASIUM_PREFIX
 from protorl.envs.time_step import TimeStep
@@ -142,7 +143,7 @@ class DMCEnv(FrameStack):
 
     def step(self, action: np.ndarray) -> TimeStep:
         """Apply `action` in [-1, 1]^|A| for `action_repeat` physics control steps."""
-        scaled = self._scaled(action)
+        scaled = to_action_range(action, self._action_low, self._action_high)
         reward, discount = 0.0, 1.0
         for _ in range(self.action_repeat):
             dm_step = self._env.step(scaled)
@@ -153,13 +154,6 @@ class DMCEnv(FrameStack):
         frame = self._frame(dm_step.observation)
         return TimeStep(frame, self._push(frame), reward, discount, first=False, last=dm_step.last(),
                         physical_state=self.physics.get_state())
-
-    def _scaled(self, action: np.ndarray) -> np.ndarray:
-        """`action` in [-1, 1]^|A| (clipped there) -> the task's action range."""
-        action = np.asarray(action, dtype=np.float64)
-        if action.shape != self.action_shape:
-            raise ValueError(f"action shape {action.shape} != {self.action_shape}")
-        return self._action_low + (np.clip(action, -1.0, 1.0) + 1.0) * 0.5 * (self._action_high - self._action_low)
 
     def seed(self, seed: int) -> None:
         """Reseed the task's random state (initial states, noise)."""
@@ -191,7 +185,7 @@ class DMCEnv(FrameStack):
         `physical_state` (S,). Moves this environment's physics there: use an environment of its own."""
         with self.physics.reset_context():
             self.physics.set_state(physical_state)
-            self.physics.set_control(self._scaled(action))
+            self.physics.set_control(to_action_range(action, self._action_low, self._action_high))
         return float(self._env.task.get_reward(self.physics) or 0.0)
 
     def close(self) -> None:

@@ -13,6 +13,7 @@ import weakref
 
 import numpy as np
 
+from protorl.envs.actions import to_action_range
 from protorl.envs.frame_stack import FrameStack
 from protorl.envs.names import gymnasium_id
 from protorl.envs.time_step import TimeStep
@@ -88,10 +89,7 @@ class GymnasiumEnv(FrameStack):
 
     def step(self, action: np.ndarray) -> TimeStep:
         """Apply `action` in [-1, 1]^|A| `action_repeat` times (fewer if the episode ends)."""
-        action = np.asarray(action, dtype=np.float64)
-        if action.shape != self.action_shape:
-            raise ValueError(f"action shape {action.shape} != {self.action_shape}")
-        scaled = self._action_low + (np.clip(action, -1.0, 1.0) + 1.0) * 0.5 * (self._action_high - self._action_low)
+        scaled = to_action_range(action, self._action_low, self._action_high)
         reward, terminated, truncated = 0.0, False, False
         for _ in range(self.action_repeat):
             observation, step_reward, terminated, truncated, _ = self._env.step(scaled.astype(np.float32))
