@@ -33,6 +33,7 @@ from protorl.config import AgentConfig, Config, ConfigError, downstream_tasks
 from protorl.envs import Env, make_env
 from protorl.replay import Batch, ReplayBuffer, frames_device
 from protorl.runtime import resolve_device
+from protorl.storage.atomic import payload_bytes
 from protorl.training.callbacks.analyses import runs_analyses
 
 GIB = 2**30
@@ -104,7 +105,7 @@ def phase_estimates(cfg: Config, command: str, pretrained: dict | None = None) -
         data = 0
         if name == "finetune" and cfg.pretrain_data_share > 0:
             if pretrained is not None:  # loaded already (counted in `process`): its relabelled copy
-                data = _nbytes(pretrained.get("replay", {}))
+                data = payload_bytes(pretrained.get("replay", {}))
             else:  # the snapshot written by the pre-training, loaded, and its relabelled copy
                 data = 2 * pretrain_replay
         estimates.append(MemoryEstimate(name, 0, replay, data, agent_bytes, cfg.replay_capacity * slot,
@@ -198,11 +199,6 @@ def _replay_bytes_per_slot(env: Env, keeps_states: bool) -> int:
     one_slot = ReplayBuffer(env.frame_shape, env.frame_dtype, env.action_shape, capacity=1, frame_stack=1,
                             physical_state_shape=env.physical_state_shape if keeps_states else None)
     return one_slot.nbytes
-
-
-def _nbytes(tree: dict | list) -> int:
-    """Bytes of every tensor in a nested dict or list."""
-    return sum(leaf.nbytes for leaf in pytree.tree_leaves(tree) if isinstance(leaf, torch.Tensor))
 
 
 def _agent_peak_bytes(cfg: Config, env: Env, mode: str) -> int:

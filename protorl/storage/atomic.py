@@ -61,13 +61,18 @@ def atomic_save(payload: dict, path: Path) -> Path:
 
 
 def write_text_atomic(path: Path, text: str) -> Path:
-    """Write `text` to `path` whole or not at all: a temporary file, fsync'ed, then renamed over `path`."""
+    """Write `text` to `path` whole or not at all: a temporary file, fsync'ed, then renamed over `path`; on an
+    error (which propagates) the temporary file is removed and `path`, if it existed, is left as it was."""
     tmp = path.with_suffix(path.suffix + ".tmp")
-    with open(tmp, "w") as f:
-        f.write(text)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
+    try:
+        with open(tmp, "w") as f:
+            f.write(text)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    finally:
+        with contextlib.suppress(OSError):
+            tmp.unlink(missing_ok=True)
     return path
 
 
