@@ -16,3 +16,8 @@ class TimeStep:
     first: bool
     last: bool
     physical_state: np.ndarray | None = None  # (S,) float64 physics.get_state(): qpos, qvel, act
+
+    @property
+    def rewarded(self) -> bool:
+        """Whether the step earned a positive reward: an episode with one is a success on a sparse task."""
+        return self.reward > 0

@@ -50,7 +50,7 @@ class Evaluation(Callback):
                     video_frames.append(self.env.render(self.cfg.video_size))
                 time_step = self.env.step(self.agent.act(time_step.obs, sample=False))
                 total += time_step.reward
-                success = success or time_step.reward > 0
+                success = success or time_step.rewarded
                 if time_step.last:
                     break
             rewards.append(total)

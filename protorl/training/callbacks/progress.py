@@ -48,7 +48,7 @@ class ProgressLog(Callback):
             self.episode_reward, self.episode_steps, self.episode_success = 0.0, 0, False
             return
         self.episode_reward += time_step.reward
-        self.episode_success = self.episode_success or time_step.reward > 0
+        self.episode_success = self.episode_success or time_step.rewarded
         self.episode_steps += 1
         self.bar.update(self.action_repeat)
 
