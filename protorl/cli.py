@@ -53,8 +53,8 @@ def checked_config(cfg: DictConfig, command: str, overrides: Sequence[str] = ())
         if unknown:  # Hydra adds keys given with `+`; the typed config would drop them silently
             raise ConfigError(f"unknown config key {', '.join(unknown)}: not a protorl setting (protorl/config.py)")
         config: Config = OmegaConf.to_object(OmegaConf.merge(OmegaConf.structured(Config), cfg))
-        env_named = any(override.split("=", 1)[0].lstrip("+~") == "env" for override in overrides)
-        config, pretrained = check(config, command, env_named)
+        named = [override.split("=", 1)[0].lstrip("+~") for override in overrides]
+        config, pretrained = check(config, command, named)
     except (ProtorlError, ValueError, OmegaConfBaseException) as error:
         _exit_with(_one_line(error))
     return config, pretrained

@@ -18,6 +18,7 @@ import logging
 import threading
 import types
 import typing
+from collections.abc import Collection
 from pathlib import Path
 
 from omegaconf import MISSING, OmegaConf
@@ -41,17 +42,17 @@ COMMANDS = ("pretrain", "finetune", "train")
 
 def pretrain(config: Config | None = None, **fields) -> list[PhaseResult]:
     """Task-agnostic pre-training (`protorl-pretrain`); its snapshots are in the result's `snapshots`."""
-    return run_command(configured(config, fields), "pretrain", env_named="env" in fields)
+    return run_command(configured(config, fields), "pretrain", named=list(fields))
 
 
 def finetune(config: Config | None = None, **fields) -> list[PhaseResult]:
     """Downstream RL from `snapshot` on `env` (or each of `finetune_envs`) (`protorl-finetune`)."""
-    return run_command(configured(config, fields), "finetune", env_named="env" in fields)
+    return run_command(configured(config, fields), "finetune", named=list(fields))
 
 
 def train(config: Config | None = None, **fields) -> list[PhaseResult]:
     """Pre-training, then fine-tuning from its last snapshot (`protorl-train`)."""
-    return run_command(configured(config, fields), "train", env_named="env" in fields)
+    return run_command(configured(config, fields), "train", named=list(fields))
 
 
 def configured(config: Config | None, fields: dict) -> Config:
@@ -107,12 +108,11 @@ def _is_a(value, kind) -> bool:
     return isinstance(value, kind)
 
 
-def check(config: Config, command: str, env_named: bool = False) -> tuple[Config, dict | None]:
+def check(config: Config, command: str, named: Collection[str] = ()) -> tuple[Config, dict | None]:
     """`config` checked for `command` (one of `COMMANDS`) before anything is written, as a new config, and for
-    finetune its snapshot, read and checked. `env_named`: the user named `env`, which must then be a task of the
-    run. In the new config `snapshot` is absolute, so the run directory records
-    where it came from (with `pretrain_sweep` instead, it is the sweep's matching snapshot), and `agent` is of its
-    agent's own config class."""
+    finetune its snapshot, read and checked (`named`: the keys the user set, `validate.check_named_env`). In the new
+    config `snapshot` is absolute, so the run directory records where it came from (with `pretrain_sweep` instead,
+    it is the sweep's matching snapshot), and `agent` is of its agent's own config class."""
     if command == "finetune" and config.pretrain_sweep and not config.snapshot:
         sweep = str(Path(config.pretrain_sweep).resolve())
         snapshot = snapshot_in_sweep(sweep, agent_config(config.agent).name, config.pretrain_env or config.env,
@@ -126,8 +126,7 @@ def check(config: Config, command: str, env_named: bool = False) -> tuple[Config
                               f"({config.snapshot_sha256})")
         config = dataclasses.replace(config, snapshot=str(snapshot), snapshot_sha256=digest)
     validate(config, command)
-    if env_named:
-        check_named_env(config, command)
+    check_named_env(config, command, named)
     config = dataclasses.replace(config, agent=agent_config(config.agent))  # as the run directory records it
     pretrained = None
     if command == "finetune" and config.snapshot:  # refuse a missing or mismatched snapshot before any work
@@ -146,16 +145,16 @@ def check(config: Config, command: str, env_named: bool = False) -> tuple[Config
 _one_run_per_process = threading.Lock()
 
 
-def run_command(config: Config, command: str, env_named: bool = False) -> list[PhaseResult]:
+def run_command(config: Config, command: str, named: Collection[str] = ()) -> list[PhaseResult]:
     """Check `config`, claim its run directory, run the phases of `command` and release the directory; one run at a
-    time per process (`ConfigError` for a second one started meanwhile, e.g. from another thread). `env_named`:
-    the caller set `env`, which must then be a task of the run."""
+    time per process (`ConfigError` for a second one started meanwhile, e.g. from another thread). `named`: the
+    keys the caller set (`validate.check_named_env`)."""
     if not _one_run_per_process.acquire(blocking=False):
         raise ConfigError("another protorl run is in progress in this process: runs draw from the process-wide "
                           "random generators of torch, NumPy and Python, so two at once would not give either's "
                           "results; run them one after the other, or in separate processes")
     try:
-        config, pretrained = check(config, command, env_named)
+        config, pretrained = check(config, command, named)
         run_dir = claim_run_dir(config)
         try:
             return run_phases(config, command, run_dir, pretrained)

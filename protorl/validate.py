@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from collections.abc import Collection
 
 from protorl.agents import Agent, agent_class, agent_config, pretrains, registered_agents
 from protorl.config import EVAL_SEED_OFFSET, MAX_SEED, AgentConfig, Config, ConfigError, downstream_tasks, invalid
@@ -159,19 +160,24 @@ def _check_tasks(cfg: Config, command: str, has_pretraining: bool) -> None:
                           "pretrain_frames=0 to learn without pre-training)")
 
 
-def check_named_env(cfg: Config, command: str) -> None:
-    """`env`, named on the command line, is a task of the run: a preset's `pretrain_env` and `finetune_envs` take
-    its place, so a run that would pre-train and fine-tune on other tasks is refused."""
-    tasks = downstream_tasks(cfg) if command != "pretrain" else []
+def check_named_env(cfg: Config, command: str, named: Collection[str] = ("env",)) -> None:
+    """An `env` the user named (`named`: the keys they set) is a task of the run, unless they also set what takes
+    its place: `pretrain_env` and `finetune_envs`, from a preset, would otherwise run other tasks silently."""
+    if "env" not in named:
+        return
+    tasks, in_its_place = [], {}
+    if command != "pretrain":
+        tasks += downstream_tasks(cfg)
+        if cfg.finetune_envs:
+            in_its_place["finetune_envs"] = f"finetune_envs=[{','.join(cfg.finetune_envs)}]"
     if command != "finetune" and pretrains(cfg):
         tasks.append(cfg.pretrain_env or cfg.env)
-    if cfg.env not in tasks:
-        named = ([f"pretrain_env={cfg.pretrain_env}"] if cfg.pretrain_env and command != "finetune" else []) + \
-                ([f"finetune_envs=[{','.join(cfg.finetune_envs)}]"] if cfg.finetune_envs and command != "pretrain"
-                 else [])
-        raise ConfigError(f"env={cfg.env} is not a task of this run: {' and '.join(named)} (from the preset) name "
-                          f"its tasks; set finetune_envs=[{cfg.env}] and pretrain_env=<a task of its domain> too, or "
-                          "choose a preset that runs env, such as preset=small or preset=paper")
+        if cfg.pretrain_env:
+            in_its_place["pretrain_env"] = f"pretrain_env={cfg.pretrain_env}"
+    if cfg.env not in tasks and not set(in_its_place) & set(named):
+        raise ConfigError(f"env={cfg.env} is not a task of this run: {' and '.join(in_its_place.values())} (from "
+                          f"the preset) name its tasks; set finetune_envs=[{cfg.env}] and pretrain_env=<a task of "
+                          "its domain> too, or choose a preset that runs env, such as preset=small or preset=paper")
 
 
 def _check_pretrain_data(cfg: Config, command: str) -> None:

@@ -235,10 +235,21 @@ MAZE = {"pretrain_env": "point_mass_maze_explore", "finetune_envs": ["point_mass
     ({"env": "walker_run", "pretrain_env": "walker_walk"}, "pretrain", False),  # pre-trains on walker_walk only
     ({"env": "walker_run", "pretrain_env": "walker_walk", "pretrain_frames": 0}, "train", True),
 ])
-def test_an_env_named_on_the_command_line_must_be_a_task_of_the_run(fields, command, runs):
+def test_an_env_named_by_the_user_must_be_a_task_of_the_run(fields, command, runs):
     cfg = Config(run_dir=".", **fields)
     if runs:
-        check_named_env(cfg, command)
+        check_named_env(cfg, command, named=["env"])
     else:
         with pytest.raises(ConfigError, match=rf"env={cfg.env} is not a task of this run"):
-            check_named_env(cfg, command)
+            check_named_env(cfg, command, named=["env"])
+    check_named_env(cfg, command, named=[])  # env not named: the config's tasks are what the user asked for
+
+
+@pytest.mark.parametrize("command", ["train", "pretrain"])
+def test_an_env_named_with_what_takes_its_place_is_what_the_user_asked_for(command):
+    """Named together, env and pretrain_env (or finetune_envs) say which task each phase runs."""
+    cfg = Config(run_dir=".", env="point_mass_maze_reach_center", **MAZE)
+    check_named_env(cfg, command, named=["env", "pretrain_env", "finetune_envs"])
+    check_named_env(cfg, "pretrain", named=["env", "pretrain_env"])
+    with pytest.raises(ConfigError, match="finetune_envs=.point_mass_maze_reach_top_left"):
+        check_named_env(cfg, "finetune", named=["env", "pretrain_env"])  # finetune_envs, from the preset, runs
