@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import ctypes
 import random
+import re
 import sys
 
 import numpy as np
@@ -22,13 +23,13 @@ def resolve_device(name: str) -> torch.device:
 
 def device_problem(name: str) -> str | None:
     """What a device name should be instead, where this machine cannot run on `name`; None where it can."""
-    if name != "auto" and not (name == "cpu" or name.startswith("cuda")):
+    if not re.fullmatch(r"auto|cpu|cuda(:\d+)?", name):
         return "'auto', 'cpu' or 'cuda[:N]'"
     if name.startswith("cuda"):
         if not torch.cuda.is_available():
             return "'auto' or 'cpu': CUDA is not available on this machine"
         index = name.partition(":")[2]
-        if index and (not index.isdigit() or int(index) >= torch.cuda.device_count()):
+        if index and int(index) >= torch.cuda.device_count():
             return f"'cuda:N' with N below {torch.cuda.device_count()}, the CUDA devices of this machine"
     return None
 

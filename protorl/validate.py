@@ -170,14 +170,19 @@ def check_named_env(cfg: Config, command: str, named: Collection[str] = ("env",)
         tasks += downstream_tasks(cfg)
         if cfg.finetune_envs:
             in_its_place["finetune_envs"] = f"finetune_envs=[{','.join(cfg.finetune_envs)}]"
+        if command == "finetune" and cfg.pretrain_sweep and not cfg.pretrain_env:
+            tasks.append(cfg.env)  # it picks the sweep's snapshot
     if command != "finetune" and pretrains(cfg):
         tasks.append(cfg.pretrain_env or cfg.env)
         if cfg.pretrain_env:
             in_its_place["pretrain_env"] = f"pretrain_env={cfg.pretrain_env}"
     if cfg.env not in tasks and not set(in_its_place) & set(named):
-        raise ConfigError(f"env={cfg.env} is not a task of this run: {' and '.join(in_its_place.values())} (from "
-                          f"the preset) name its tasks; set finetune_envs=[{cfg.env}] and pretrain_env=<a task of "
-                          "its domain> too, or choose a preset that runs env, such as preset=small or preset=paper")
+        fixes = {"finetune_envs": f"finetune_envs=[{cfg.env}]", "pretrain_env": "pretrain_env=null"}
+        presets = ", or choose a preset that runs env, such as preset=small or preset=paper" if command == "train" \
+            else ""
+        raise ConfigError(f"env={cfg.env} is not a task of this run: {' and '.join(in_its_place.values())}, set by "
+                          f"the preset or config, name its tasks instead; add "
+                          f"{' and '.join(fixes[key] for key in in_its_place)}{presets}")
 
 
 def _check_pretrain_data(cfg: Config, command: str) -> None:

@@ -334,22 +334,27 @@ def test_runs_of_one_method_task_and_seed_with_different_configs_ask_for_group_b
         "agent.name=proto pretrain_frames=0", "agent.name=proto pretrain_frames=4000"}
 
 
-@pytest.mark.parametrize(("sha_a", "sha_b", "duplicate"), [("ab12", "ab12", True), ("ab12", "cd34", False)])
-def test_fine_tunings_of_one_snapshot_found_at_two_paths_are_duplicates(tmp_path, capsys, sha_a, sha_b, duplicate):
+@pytest.mark.parametrize(("sha_a", "sha_b", "differing"), [
+    ("ab12", "ab12", None),  # one snapshot found at two paths: repeats
+    ("ab12", "cd34", "snapshot_sha256"),  # two snapshots
+    ("ab12", None, "snapshot"), (None, "ab12", "snapshot"),  # one recorded by its path only: the paths differ
+])
+def test_fine_tunings_of_one_snapshot_found_at_two_paths_are_duplicates(tmp_path, capsys, sha_a, sha_b, differing):
     """A snapshot is identified by its content: the same fine-tuning from it under two paths is a repeat; from
-    snapshots of other content, two experiments that --group-by must tell apart."""
+    snapshots of other content, or one known by its path alone, two experiments --group-by must tell apart,
+    whichever run is found first."""
     for name, path, sha in (("a", "/old/snapshot_4000.pt", sha_a), ("b", "/new/snapshot_4000.pt", sha_b)):
         run_dir = make_run(tmp_path / name, curves=final_curve(300.0))
         OmegaConf.save(OmegaConf.merge(OmegaConf.load(run_dir / "config.yaml"),
                                        {"snapshot": path, "snapshot_sha256": sha}), run_dir / "config.yaml")
-    if duplicate:
+    if differing is None:
         run_aggregate([tmp_path / "a", tmp_path / "b"], tmp_path / "out")
         assert "duplicate ignored" in capsys.readouterr().out
         assert len(read_rows(tmp_path / "out" / "scores.csv")) == 1
     else:
         with pytest.raises(SystemExit):
             run_aggregate([tmp_path / "a", tmp_path / "b"], tmp_path / "out")
-        assert "they differ in snapshot_sha256)" in capsys.readouterr().err  # content, not place
+        assert f"they differ in {differing})" in capsys.readouterr().err
 
 
 def test_a_run_repeated_with_other_checkpoint_settings_is_a_duplicate_not_another_experiment(tmp_path, capsys):

@@ -52,6 +52,8 @@ def test_defaults_are_valid():
         (make_config(frame_stack=0), "pretrain", "frame_stack"),
         (make_config(action_repeat=0), "pretrain", "action_repeat"),
         (make_config(device="tpu"), "pretrain", "device"),
+        (make_config(device="cuda:"), "pretrain", "device"),
+        (make_config(device="cpu:0"), "pretrain", "device"),
         (make_config({"anti_collapse": "whiten"}), "pretrain", "agent.anti_collapse"),
         (make_config({"reward_space": "cosine"}), "pretrain", "agent.reward_space"),
         (make_config({"ssl_update_every": 0}), "pretrain", "agent.ssl_update_every"),
@@ -234,6 +236,9 @@ MAZE = {"pretrain_env": "point_mass_maze_explore", "finetune_envs": ["point_mass
     ({"env": "walker_run", "pretrain_env": "walker_walk"}, "finetune", True),
     ({"env": "walker_run", "pretrain_env": "walker_walk"}, "pretrain", False),  # pre-trains on walker_walk only
     ({"env": "walker_run", "pretrain_env": "walker_walk", "pretrain_frames": 0}, "train", True),
+    ({"env": "walker_walk", "finetune_envs": ["walker_run"], "pretrain_sweep": "sweep"}, "finetune", True),  # picks
+    ({"env": "walker_walk", "finetune_envs": ["walker_run"], "pretrain_sweep": "sweep",  # the snapshot; not with
+      "pretrain_env": "walker_stand"}, "finetune", False),  # pretrain_env
 ])
 def test_an_env_named_by_the_user_must_be_a_task_of_the_run(fields, command, runs):
     cfg = Config(run_dir=".", **fields)

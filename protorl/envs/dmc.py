@@ -104,7 +104,9 @@ class DMCEnv(FrameStack):
         else:
             self._env = _suite().load(domain, task_name, task_kwargs={"random": seed})
         spec = self._env.action_spec()
-        self._action_low, self._action_high = spec.minimum, spec.maximum
+        # bounds of the action's shape (a spec may give one bound for every dimension)
+        self._action_low, self._action_high = (np.broadcast_to(bound, spec.shape).astype(np.float64)
+                                               for bound in (spec.minimum, spec.maximum))
         self.action_shape: tuple[int, ...] = tuple(spec.shape)
         self._start_stack()
 

@@ -238,7 +238,8 @@ def deduplicate(records: list[Record]) -> tuple[list[Record], list[Record]]:
     kept, dropped = [], []
     for (method, task, seed), group in groups.items():
         configs = [flat_config(record.path.parent) for record in group] if len(group) > 1 else [{}]
-        differing = sorted({key for config in configs[1:] for key in result_changing_differences(configs[0], config)})
+        differing = sorted({key for config in configs[1:]
+                            for key in result_changing_differences(configs[0], config, symmetric=True)})
         if differing:
             raise ResultsError(f"{method} on {task} seed {seed} comes from runs with different configs "
                                f"({', '.join(str(r.path.parent) for r in group)}; they differ in "

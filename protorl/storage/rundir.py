@@ -150,11 +150,14 @@ def config_differences(saved: Config, wanted: Config) -> list[str]:
     return [f"{key}={old.get(key)!r} (now {new.get(key)!r})" for key in result_changing_differences(old, new)]
 
 
-def result_changing_differences(old: dict[str, object], new: dict[str, object]) -> list[str]:
+def result_changing_differences(old: dict[str, object], new: dict[str, object], symmetric: bool = False
+                                ) -> list[str]:
     """The dotted keys, sorted, whose values differ between two flattened configs in a way that changes results:
-    not `RERUN_FREE_KEYS`, and not where a snapshot lives once `old` records it by its content."""
-    free = RERUN_FREE_KEYS | (SNAPSHOT_PLACES if old.get("snapshot_sha256") is not None else set())
-    if old.get("snapshot_sha256") is None:  # recorded by an older protorl: by its path
+    not `RERUN_FREE_KEYS`, and not where a snapshot lives once `old` records it by its content (`symmetric`: once
+    both do; two recorded runs compare alike in either order)."""
+    recorded = [config.get("snapshot_sha256") is not None for config in ((old, new) if symmetric else (old,))]
+    free = RERUN_FREE_KEYS | (SNAPSHOT_PLACES if all(recorded) else set())
+    if not all(recorded):  # recorded by an older protorl: by its path
         free |= {"snapshot_sha256"}
     return [key for key in sorted(old.keys() | new.keys())
             if key.split(".")[-1] not in free and old.get(key) != new.get(key)]
