@@ -155,7 +155,11 @@ def test_every_experiment_preset_composes_to_a_valid_sweep(name):
                 assert config.finetune_frames == 20_000
         elif name.startswith("walker_urlb"):  # URLB's walker protocol from states at the main job's settings
             assert config.agent.batch_size == 32 and config.obs == "states" and config.finetune_frames == 100_000
-            assert list(config.finetune_envs) == ["walker_stand", "walker_walk", "walker_run", "walker_flip_forward"]
-            assert config.pretrain_frames in (0, 100_000)
+            walker_tasks = ["walker_stand", "walker_walk", "walker_run", "walker_flip_forward"]
+            if name.endswith("_online"):  # no pre-training, one job per task
+                assert config.pretrain_frames == 0 and set(config.finetune_envs) <= set(walker_tasks)
+                assert sorted(params["finetune_envs"].split(",")) == sorted(f"[{task}]" for task in walker_tasks)
+            else:
+                assert list(config.finetune_envs) == walker_tasks and config.pretrain_frames in (0, 100_000)
         else:
             assert config.agent.batch_size == 512 and config.finetune_frames == 500_000
