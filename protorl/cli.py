@@ -92,48 +92,32 @@ class ValidateBeforeRun(Callback):
 
 
 def run(cfg: DictConfig, command: str) -> None:
-    """Validate the config, claim the run directory, then run the phases of `command`; user errors exit with
-    status 2, unwritable files too (naming the file)."""
+    """Validate the config, run the phases of `command` in its claimed run directory
+    (`protorl.commands.run_checked`), then print the summary and, after pre-training with analyses, what
+    protorl-analyze prints. User errors exit with status 2, unwritable files too (naming the file); a training that
+    diverged exits with status 3."""
     from hydra.core.hydra_config import HydraConfig
 
-    from protorl.errors import ProtorlError
-    from protorl.storage.rundir import claim_run_dir, release_run_dir
-
-    config, pretrained = checked_config(cfg, command, HydraConfig.get().overrides.task)
-    try:
-        run_dir = claim_run_dir(config)
-    except ProtorlError as error:
-        _exit_with(error)
-    try:
-        _run_phases(config, command, run_dir, pretrained)
-    except OSError as error:
-        _exit_with(f"I/O error on {error.filename or 'a file of the run'}: {error.strerror or error}")
-    finally:
-        release_run_dir(run_dir)
-
-
-def _run_phases(config: Config, command: str, run_dir: Path, pretrained: dict | None) -> None:
-    """Run the phases (`protorl.commands.run_phases`), then print the summary and, after pre-training with
-    analyses, what protorl-analyze prints."""
-    from protorl.commands import run_phases
-    from protorl.errors import ProtorlError, ResultsError, TrainingDiverged
+    from protorl.commands import run_checked
+    from protorl.errors import ProtorlError, TrainingDiverged
     from protorl.results.analyze import analyze_run
     from protorl.results.report import plot_run, summary
     from protorl.storage.layout import PRETRAIN_DIR
 
+    config, pretrained = checked_config(cfg, command, HydraConfig.get().overrides.task)
+    run_dir = Path(config.run_dir).resolve()
     try:
-        results = run_phases(config, command, run_dir, pretrained)
+        results = run_checked(config, command, pretrained)
+        plot = plot_run(results, run_dir / "curves.png")
+        print(summary(results, plot), flush=True)
+        if (run_dir / PRETRAIN_DIR / "analysis.csv").is_file():  # what protorl-analyze RUN_DIR prints and plots
+            print(analyze_run(run_dir), flush=True)
     except TrainingDiverged as error:  # a ProtorlError, with its own exit status
         _exit_with(error, status=3)
     except ProtorlError as error:
         _exit_with(error)
-    plot = plot_run(results, run_dir / "curves.png")
-    print(summary(results, plot), flush=True)
-    if (run_dir / PRETRAIN_DIR / "analysis.csv").is_file():  # what protorl-analyze RUN_DIR prints and plots
-        try:
-            print(analyze_run(run_dir), flush=True)
-        except ResultsError as error:
-            _exit_with(error)
+    except OSError as error:
+        _exit_with(f"I/O error on {error.filename or 'a file of the run'}: {error.strerror or error}")
 
 
 def _exit_with(error: Exception | str, status: int = 2) -> None:

@@ -155,13 +155,18 @@ def run_command(config: Config, command: str, named: Collection[str] = ()) -> li
                           "results; run them one after the other, or in separate processes")
     try:
         config, pretrained = check(config, command, named)
-        run_dir = claim_run_dir(config)
-        try:
-            return run_phases(config, command, run_dir, pretrained)
-        finally:
-            release_run_dir(run_dir)
+        return run_checked(config, command, pretrained)
     finally:
         _one_run_per_process.release()
+
+
+def run_checked(config: Config, command: str, pretrained: dict | None) -> list[PhaseResult]:
+    """Claim the run directory of a `check`ed config, run the phases of `command` in it, release it."""
+    run_dir = claim_run_dir(config)
+    try:
+        return run_phases(config, command, run_dir, pretrained)
+    finally:
+        release_run_dir(run_dir)
 
 
 def run_phases(config: Config, command: str, run_dir: Path, pretrained: dict | None) -> list[PhaseResult]:
