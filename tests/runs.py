@@ -101,6 +101,14 @@ def read_csv(path: Path) -> tuple[list[str], list[dict[str, str]]]:
         return list(reader.fieldnames or []), rows
 
 
+def csv_rows(path: Path) -> int:
+    """The complete data rows of a CSV that a running process may be writing: the file is read once, and a line
+    not yet ended is not counted (parsing a file as it grows can see it empty, then its header)."""
+    if not path.is_file():
+        return 0
+    return max(path.read_text().count("\n") - 1, 0)
+
+
 def read_rows(path: Path) -> list[dict[str, str]]:
     """A CSV's rows without its wall-time columns."""
     return [{k: v for k, v in row.items() if k not in TIMING_COLUMNS} for row in read_csv(path)[1]]

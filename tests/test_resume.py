@@ -15,7 +15,7 @@ import torch
 from protorl.errors import CheckpointError
 from protorl.storage.checkpoints import CHECKPOINT_VERSION, list_checkpoints, load_checkpoint
 from protorl.storage.snapshots import load_snapshot
-from tests.runs import TINY, assert_ok, read_csv, read_rows, run, start
+from tests.runs import TINY, assert_ok, csv_rows, read_csv, read_rows, run, start
 
 pytestmark = pytest.mark.slow  # the slow tier: this module runs protorl's commands or real training
 
@@ -45,7 +45,7 @@ def test_killed_run_resumes_to_the_same_result(uninterrupted, tmp_path):
     process = start("pretrain", *RUN, run_dir=run_dir)  # the command below, in the background
     train_csv = run_dir / "pretrain" / "train.csv"
     deadline = time.time() + 150
-    while not (train_csv.exists() and len(read_csv(train_csv)[1]) >= 3):
+    while csv_rows(train_csv) < 3:
         assert process.poll() is None, "the run ended before its third episode"
         assert time.time() < deadline, "no third episode within 150 s"
         time.sleep(0.01)

@@ -27,6 +27,7 @@ from tests.runs import (
     STATES,
     assert_ok,
     assert_user_error,
+    csv_rows,
     read_rows,
     run,
     start,
@@ -45,10 +46,6 @@ def wait_for(condition, process: subprocess.Popen | None = None, timeout_s: floa
         assert process is None or process.poll() is None, "the run ended first"
         assert time.time() < deadline, "timed out"
         time.sleep(poll_s)
-
-
-def csv_rows(path: Path) -> int:
-    return len(read_rows(path)) if path.is_file() else 0
 
 
 def kill(process: subprocess.Popen) -> None:
