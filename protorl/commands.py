@@ -23,14 +23,15 @@ from pathlib import Path
 
 from omegaconf import MISSING, OmegaConf
 
-from protorl.agents import agent_class, agent_config, pretrains
+from protorl.agents import agent_config
 from protorl.config import Config, ConfigError, downstream_tasks, invalid
 from protorl.envs import make_env
 from protorl.logs.tracking import finish_run, phase_tracker, start_run
+from protorl.phases import compares_without_pretraining, planned_phases
 from protorl.resources import check_memory
 from protorl.storage.atomic import write_text_atomic
 from protorl.storage.checkpoints import drop_checkpoints
-from protorl.storage.layout import CONFIG_FILE, PRETRAIN_DIR, downstream_dir_name, scratch_dir_name
+from protorl.storage.layout import CONFIG_FILE
 from protorl.storage.rundir import claim_run_dir, release_run_dir
 from protorl.storage.snapshots import file_sha256, load_snapshot, snapshot_in_sweep
 from protorl.training import PhaseResult, Trainer, prepare_process
@@ -176,30 +177,20 @@ def run_phases(config: Config, command: str, run_dir: Path, pretrained: dict | N
     device = prepare_process(config)
     log.info("run directory %s, device %s", run_dir, device)
     wandb_run = start_run(config, run_dir)
-    results = []
-    pretraining = pretrains(config)
-    if command == "train" and not pretraining:
+    phases = planned_phases(config, command, pretrained is not None)
+    from_snapshot = any(phase.kind == "finetune" for phase in phases)
+    if command == "train" and not from_snapshot:
         log.info("no pre-training (agent=%s, pretrain_frames=%d): the downstream agent learns its "
                  "representation by its own rule while it learns the task", config.agent.name, config.pretrain_frames)
+    if from_snapshot and config.compare_without_pretraining and not compares_without_pretraining(config):
+        log.info("compare_without_pretraining: agent=%s has no mode without pre-training; skipped", config.agent.name)
+    results = []
     try:
-        if command == "pretrain" or (command == "train" and pretraining):
-            pretrain_task = config.pretrain_env or config.env
-            results.append(run_phase(config, "pretrain", pretrain_task, run_dir / PRETRAIN_DIR, wandb_run=wandb_run))
-        if command == "train" and pretraining:  # fine-tune from the file just written, as protorl-finetune would
-            pretrained = load_snapshot(results[-1].snapshots[-1])
-        if command in ("finetune", "train"):
-            for task in downstream_tasks(config):  # one snapshot, each downstream task from scratch
-                results.append(run_phase(config, "finetune", task, run_dir / downstream_dir_name(config, task),
-                                         pretrained, wandb_run))
-            compares = config.compare_without_pretraining and pretrained is not None
-            if compares and not agent_class(config.agent.name).supports("online"):
-                log.info("compare_without_pretraining: agent=%s has no mode without pre-training; skipped",
-                         config.agent.name)
-                compares = False
-            if compares:
-                for task in downstream_tasks(config):  # the same fine-tuning, nothing pre-trained
-                    results.append(run_phase(config, "finetune", task, run_dir / scratch_dir_name(task),
-                                             None, wandb_run))
+        for phase in phases:
+            if phase.kind == "finetune" and pretrained is None:  # the pre-training's last snapshot, just written
+                pretrained = load_snapshot(results[-1].snapshots[-1])
+            start = pretrained if phase.kind == "finetune" else None
+            results.append(run_phase(config, phase.phase, phase.task, run_dir / phase.dir_name, start, wandb_run))
     finally:
         finish_run(wandb_run)
     return results

@@ -28,9 +28,10 @@ import torch
 from torch.utils import _pytree as pytree
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from protorl.agents import agent_class, agent_config, make_agent, pretrains
-from protorl.config import AgentConfig, Config, ConfigError, downstream_tasks
+from protorl.agents import agent_config, make_agent
+from protorl.config import AgentConfig, Config, ConfigError
 from protorl.envs import Env, make_env
+from protorl.phases import planned_phases
 from protorl.replay import Batch, ReplayBuffer, frames_device
 from protorl.runtime import resolve_device
 from protorl.storage.atomic import payload_bytes
@@ -67,24 +68,14 @@ def estimate_memory(cfg: Config, command: str, pretrained: dict | None = None) -
 
 def phase_estimates(cfg: Config, command: str, pretrained: dict | None = None) -> list[MemoryEstimate]:
     """The estimate of each phase `command` runs with `cfg`, in order."""
-    agent = agent_class(cfg.agent.name)
-    pretraining = pretrains(cfg)
-    task = downstream_tasks(cfg)[0]  # the tasks of a domain share their observation and action shapes
-    phases = []  # (name, agent mode, task, frames)
-    if command in ("pretrain", "train") and pretraining:
-        phases.append(("pretrain", "pretrain", cfg.pretrain_env or cfg.env, cfg.pretrain_frames))
-    if command in ("finetune", "train"):
-        from_snapshot = pretrained is not None or (command == "train" and pretraining)
-        if from_snapshot:
-            phases.append(("finetune", "frozen", task, cfg.finetune_frames))
-        if not from_snapshot or (cfg.compare_without_pretraining and agent.supports("online")):
-            phases.append(("scratch", "online", task, cfg.finetune_frames))
-    if not phases:
-        raise ConfigError(f"{command} with agent={cfg.agent.name} and pretrain_frames={cfg.pretrain_frames} runs no "
-                          "phase")
+    first_of_kind = {}  # the tasks of a domain share their observation and action shapes: one phase of each kind
+    for phase in planned_phases(cfg, command, pretrained is not None):
+        first_of_kind.setdefault(phase.kind, phase)
+    phases = list(first_of_kind.values())
     process, pretrain_replay, estimates = 0, 0, []  # process: this process's memory, read as each phase loads
-    for name, mode, phase_task, frames in phases:
-        env = make_env(phase_task, cfg, seed=0)
+    for phase in phases:
+        name, frames = phase.kind, phase.frames
+        env = make_env(phase.task, cfg, seed=0)
         try:
             env.reset()  # from pixels, its renderer starts
             _load_libraries(cfg)
@@ -92,7 +83,7 @@ def phase_estimates(cfg: Config, command: str, pretrained: dict | None = None) -
             keeps_states = runs_analyses(cfg, name) or (name == "pretrain" and cfg.snapshot_replay)
             slot = _replay_bytes_per_slot(env, keeps_states)
             device_frames = cfg.replay_capacity * math.prod(env.frame_shape) * env.frame_dtype.itemsize
-            agent_bytes = _agent_peak_bytes(cfg, env, mode)
+            agent_bytes = _agent_peak_bytes(cfg, env, phase.agent_mode)
         finally:
             env.close()
         # a slot per agent step and one per episode's first frame: at most twice the steps
