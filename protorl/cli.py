@@ -22,13 +22,16 @@ from pathlib import Path
 import hydra
 from hydra.core.config_store import ConfigStore
 from hydra.experimental.callback import Callback
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig, OmegaConf, open_dict
 from omegaconf.errors import OmegaConfBaseException
 
 from protorl.agents import BUILT_IN, registered_agents
 from protorl.config import Config, ConfigError
+from protorl.errors import ProtorlError
 
 log = logging.getLogger("protorl")
+_USER_ERRORS = (ProtorlError, ValueError, OmegaConfBaseException)  # a config the user can fix
+_JOB_ERRORS_SHOWN = 5  # a sweep's refused jobs listed one per line, up to this many
 # what MuJoCo's and PyOpenGL's imports log at INFO (the backend tried, the library version) is not the run's news
 for _library in ("absl", "OpenGL"):
     logging.getLogger(_library).setLevel(logging.WARNING)
@@ -45,19 +48,22 @@ def checked_config(cfg: DictConfig, command: str, overrides: Sequence[str] = ())
     `cfg`: the composed config without Hydra's node; a key the schema does not know (e.g. added with `+`)
     is refused, not dropped. `overrides`: the command line's; an `env` named there must be a task of the run.
     """
-    from protorl.commands import check
-    from protorl.errors import ProtorlError
-
     try:
-        unknown = _unknown_keys(cfg, Config)
-        if unknown:  # Hydra adds keys given with `+`; the typed config would drop them silently
-            raise ConfigError(f"unknown config key {', '.join(unknown)}: not a protorl setting (protorl/config.py)")
-        config: Config = OmegaConf.to_object(OmegaConf.merge(OmegaConf.structured(Config), cfg))
-        named = [override.split("=", 1)[0].lstrip("+~") for override in overrides]
-        config, pretrained = check(config, command, named)
-    except (ProtorlError, ValueError, OmegaConfBaseException) as error:
+        return _checked(cfg, command, overrides)
+    except _USER_ERRORS as error:
         _exit_with(_one_line(error))
-    return config, pretrained
+
+
+def _checked(cfg: DictConfig, command: str, overrides: Sequence[str],
+             memory: bool = True) -> tuple[Config, dict | None]:
+    from protorl.commands import check
+
+    unknown = _unknown_keys(cfg, Config)
+    if unknown:  # Hydra adds keys given with `+`; the typed config would drop them silently
+        raise ConfigError(f"unknown config key {', '.join(unknown)}: not a protorl setting (protorl/config.py)")
+    config: Config = OmegaConf.to_object(OmegaConf.merge(OmegaConf.structured(Config), cfg))
+    named = [override.split("=", 1)[0].lstrip("+~") for override in overrides]
+    return check(config, command, named, memory=memory)
 
 
 def _unknown_keys(node: DictConfig, schema: type, prefix: str = "") -> list[str]:
@@ -75,7 +81,40 @@ def _unknown_keys(node: DictConfig, schema: type, prefix: str = "") -> list[str]
 
 class ValidateBeforeRun(Callback):
     """Hydra callback: check the config and the run directory before Hydra writes into it, so a typo or a
-    mismatched rerun writes nothing (`run` checks again and claims the directory)."""
+    mismatched rerun writes nothing (`run` checks again and claims the directory); in a sweep, every job's before
+    the first starts, so a bad value in one job stops the sweep before any job has run."""
+
+    def on_multirun_start(self, config: DictConfig, **kwargs) -> None:
+        from hydra.core.global_hydra import GlobalHydra
+        from hydra.core.hydra_config import HydraConfig
+
+        from protorl.storage.rundir import check_run_dir
+
+        jobs = _sweep_jobs(config)
+        if jobs is None:  # another sweeper than Hydra's basic one: each job is checked when it starts
+            return
+        loader, errors = GlobalHydra.instance().config_loader(), []
+        try:
+            for num, overrides in enumerate(jobs):
+                job = loader.load_sweep_config(config, overrides)
+                with open_dict(job):
+                    job.hydra.job.num, job.hydra.job.id = num, f"{job.hydra.job.name}_{num}"
+                HydraConfig.instance().set_config(job)  # the job's choices name its directory
+                run_dir = str(Path(job.hydra.sweep.dir) / job.hydra.sweep.subdir)
+                keys = [key for key in job if key not in ("hydra", "run_dir")]
+                try:  # the memory a job needs is checked when it starts, next to what is free then
+                    checked, _ = _checked(OmegaConf.merge(OmegaConf.masked_copy(job, keys), {"run_dir": run_dir}),
+                                          job.hydra.job.name, overrides, memory=False)
+                    check_run_dir(checked)
+                except _USER_ERRORS as error:
+                    errors.append(f"job {num} ({' '.join(overrides)}): {_one_line(error)}")
+        finally:
+            HydraConfig.instance().set_config(config)
+        if errors:
+            shown = errors[:_JOB_ERRORS_SHOWN] + ([f"and {len(errors) - _JOB_ERRORS_SHOWN} more"]
+                                                 if len(errors) > _JOB_ERRORS_SHOWN else [])
+            _exit_with(f"{len(errors)} of the sweep's {len(jobs)} jobs would stop, nothing has run:\n  "
+                       + "\n  ".join(shown))
 
     def on_run_start(self, config: DictConfig, **kwargs) -> None:
         from protorl.storage.rundir import check_run_dir
@@ -99,7 +138,7 @@ def run(cfg: DictConfig, command: str) -> None:
     from hydra.core.hydra_config import HydraConfig
 
     from protorl.commands import run_checked
-    from protorl.errors import ProtorlError, TrainingDiverged
+    from protorl.errors import TrainingDiverged
     from protorl.results.analyze import analyze_run
     from protorl.results.report import plot_run, summary
     from protorl.storage.layout import PRETRAIN_DIR
@@ -118,6 +157,21 @@ def run(cfg: DictConfig, command: str) -> None:
         _exit_with(error)
     except OSError as error:
         _exit_with(f"I/O error on {error.filename or 'a file of the run'}: {error.strerror or error}")
+
+
+def _sweep_jobs(config: DictConfig) -> list[list[str]] | None:
+    """The overrides of each job of a multirun, in the order Hydra's basic sweeper launches them (the experiment's
+    `hydra.sweeper.params`, then the command line's); None for another sweeper."""
+    from hydra._internal.core_plugins.basic_sweeper import BasicSweeper  # Hydra's own expansion, not a copy of it
+    from hydra.core.global_hydra import GlobalHydra
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    if config.hydra.sweeper.get("_target_") != f"{BasicSweeper.__module__}.{BasicSweeper.__name__}":
+        return None
+    params = [f"{key}={value}" for key, value in (config.hydra.sweeper.get("params") or {}).items()]
+    parser = OverridesParser.create(config_loader=GlobalHydra.instance().config_loader())
+    overrides = parser.parse_overrides(params + list(config.hydra.overrides.task))
+    return [job for batch in BasicSweeper.split_arguments(overrides, None) for job in batch]
 
 
 def _exit_with(error: Exception | str, status: int = 2) -> None:
@@ -230,7 +284,6 @@ def probe(argv: list[str] | None = None) -> None:
     snapshots (seeds, methods), also their means across runs with 95% CIs."""
     import csv
 
-    from protorl.errors import ProtorlError
     from protorl.probe import probe_snapshots, summary_table
 
     parser = _ArgumentParser(prog="protorl-probe", description=probe.__doc__)

@@ -109,9 +109,10 @@ def _is_a(value, kind) -> bool:
     return isinstance(value, kind)
 
 
-def check(config: Config, command: str, named: Collection[str] = ()) -> tuple[Config, dict | None]:
+def check(config: Config, command: str, named: Collection[str] = (), memory: bool = True) -> tuple[Config, dict | None]:
     """`config` checked for `command` (one of `COMMANDS`) before anything is written, as a new config, and for
-    finetune its snapshot, read and checked (`named`: the keys the user set, `validate.check_named_env`). In the new
+    finetune its snapshot, read and checked (`named`: the keys the user set, `validate.check_named_env`); with
+    `memory`, also the memory the run will need (`resources.check_memory`). In the new
     config `snapshot` is absolute, so the run directory records where it came from (with `pretrain_sweep` instead,
     it is the sweep's matching snapshot), and `agent` is of its agent's own config class."""
     if command == "finetune" and config.pretrain_sweep and not config.snapshot:
@@ -137,7 +138,8 @@ def check(config: Config, command: str, named: Collection[str] = ()) -> tuple[Co
         if config.pretrain_data_share > 0 and "replay" not in pretrained:
             raise ConfigError(f"pretrain_data_share={config.pretrain_data_share}: snapshot {config.snapshot} holds "
                               "no replay buffer; pre-train with snapshot_replay=true")
-    check_memory(config, command, pretrained)
+    if memory:
+        check_memory(config, command, pretrained)
     return config, pretrained
 
 

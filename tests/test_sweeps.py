@@ -77,16 +77,52 @@ def test_two_tasks_by_two_seeds_sweep_gives_one_run_per_job(tmp_path, launcher):
         ("point_mass_easy", "proto", "2"), ("cartpole_balance", "proto", "2")}
 
 
-def test_a_failing_job_does_not_stop_the_sweep_and_the_index_names_it(tmp_path):
-    sweep_dir = tmp_path / "sweep"
-    result = sweep("pretrain", sweep_dir, *TINY_TRAIN, "env=point_mass_easy", "agent.lr=-1,0.0001")
+def test_a_job_that_stops_when_it_starts_does_not_stop_the_sweep_and_the_index_names_it(tmp_path):
+    sweep_dir = tmp_path / "sweep"  # the memory a job needs is checked when it starts
+    result = sweep("pretrain", sweep_dir, *TINY_TRAIN, "env=point_mass_easy", "replay_capacity=10000000000000,2000")
     assert result.returncode == 1, result.stderr
-    assert "protorl: error: invalid config value agent.lr=-1.0" in result.stderr
-    rows = {next(o for o in row["overrides"].split() if o.startswith("agent.lr=")): row
+    assert "protorl: error: invalid config value replay_capacity=10000000000000" in result.stderr
+    rows = {next(o for o in row["overrides"].split() if o.startswith("replay_capacity=")): row
             for row in read_index(sweep_dir)}
-    assert rows["agent.lr=-1"]["complete"] == "false"  # stopped before any phase
-    done = rows["agent.lr=0.0001"]
+    assert rows["replay_capacity=10000000000000"]["complete"] == "false"  # stopped before any phase
+    done = rows["replay_capacity=2000"]
     assert (done["complete"], done["phases"]) == ("true", "pretrain:complete")  # ran after the failed job
+
+
+def test_a_bad_value_in_any_job_stops_the_sweep_before_the_first_job(tmp_path):
+    sweep_dir = tmp_path / "sweep"
+    result = sweep("pretrain", sweep_dir, *TINY_TRAIN, "env=point_mass_easy", "seed=1,2", "agent.lr=0.0001,-1")
+    assert result.returncode == 2, result.stderr
+    error = result.stderr[result.stderr.index("protorl: error:"):].splitlines()
+    assert error[0] == "protorl: error: 2 of the sweep's 4 jobs would stop, nothing has run:"
+    assert [line.split(" (")[0].strip() for line in error[1:]] == ["job 1", "job 3"]  # seed-major, as Hydra runs
+    assert all("agent.lr=-1" in line and "invalid config value agent.lr=-1.0" in line for line in error[1:])
+    assert not sweep_dir.exists()
+
+
+def test_rerunning_a_sweep_with_other_settings_is_refused_before_any_job(tmp_path):
+    sweep_dir = tmp_path / "sweep"
+    jobs = [*TINY_TRAIN, "env=point_mass_easy", "seed=1,2"]
+    assert_ok(sweep("pretrain", sweep_dir, *jobs))
+    logs = {path: path.read_bytes() for path in sweep_dir.rglob("train.csv")}
+    assert_ok(sweep("pretrain", sweep_dir, *jobs))  # the same settings: each job finds its phase complete
+    result = sweep("pretrain", sweep_dir, *jobs, "agent.lr=0.001")
+    assert result.returncode == 2, result.stderr
+    error = result.stderr[result.stderr.index("protorl: error:"):].splitlines()
+    assert error[0] == "protorl: error: 2 of the sweep's 2 jobs would stop, nothing has run:"
+    assert "0_proto_point_mass_easy_seed1 holds a run with other settings" in error[1]
+    assert {path: path.read_bytes() for path in sweep_dir.rglob("train.csv")} == logs
+
+
+def test_a_sweep_of_an_experiment_preset_is_checked_job_by_job_as_hydra_expands_it(tmp_path):
+    sweep_dir = tmp_path / "sweep"  # fig4_small: 2 tasks x 5 agents x 2 seeds, from the preset's sweeper params
+    result = sweep("train", sweep_dir, "experiment=fig4_small", "pretrain_frames=-5")
+    assert result.returncode == 2, result.stderr
+    error = result.stderr[result.stderr.index("protorl: error:"):].splitlines()
+    assert error[0] == "protorl: error: 20 of the sweep's 20 jobs would stop, nothing has run:"
+    assert error[-1].strip() == "and 15 more" and len(error) == 7
+    assert "job 0 (env=cartpole_balance agent=proto seed=1 experiment=fig4_small pretrain_frames=-5)" in error[1]
+    assert not sweep_dir.exists()
 
 
 def test_one_pretraining_serves_several_downstream_tasks(tmp_path):
