@@ -21,6 +21,7 @@ from pathlib import Path
 
 import hydra
 from hydra.core.config_store import ConfigStore
+from hydra.errors import HydraException
 from hydra.experimental.callback import Callback
 from omegaconf import DictConfig, OmegaConf, open_dict
 from omegaconf.errors import OmegaConfBaseException
@@ -96,18 +97,20 @@ class ValidateBeforeRun(Callback):
         loader, errors = GlobalHydra.instance().config_loader(), []
         try:
             for num, overrides in enumerate(jobs):
-                job = loader.load_sweep_config(config, overrides)
-                with open_dict(job):
-                    job.hydra.job.num, job.hydra.job.id = num, f"{job.hydra.job.name}_{num}"
-                HydraConfig.instance().set_config(job)  # the job's choices name its directory
-                run_dir = str(Path(job.hydra.sweep.dir) / job.hydra.sweep.subdir)
-                keys = [key for key in job if key not in ("hydra", "run_dir")]
                 try:  # the memory a job needs is checked when it starts, next to what is free then
+                    job = loader.load_sweep_config(config, overrides)
+                    with open_dict(job):
+                        job.hydra.job.num, job.hydra.job.id = num, f"{job.hydra.job.name}_{num}"
+                    HydraConfig.instance().set_config(job)  # the job's choices name its directory
+                    run_dir = str(Path(job.hydra.sweep.dir) / job.hydra.sweep.subdir)
+                    keys = [key for key in job if key not in ("hydra", "run_dir")]
                     checked, _ = _checked(OmegaConf.merge(OmegaConf.masked_copy(job, keys), {"run_dir": run_dir}),
                                           job.hydra.job.name, overrides, memory=False)
                     check_run_dir(checked)
-                except _USER_ERRORS as error:
+                except (HydraException, *_USER_ERRORS) as error:  # Hydra's own: an unknown option, for one
                     errors.append(f"job {num} ({' '.join(overrides)}): {_one_line(error)}")
+        except Exception as error:  # Hydra would turn it into a warning and run the sweep unchecked
+            _exit_with(f"checking the sweep's jobs failed: {_one_line(error)}", status=1)
         finally:
             HydraConfig.instance().set_config(config)
         if errors:

@@ -100,6 +100,16 @@ def test_a_bad_value_in_any_job_stops_the_sweep_before_the_first_job(tmp_path):
     assert not sweep_dir.exists()
 
 
+def test_an_option_hydra_cannot_find_in_one_job_stops_the_sweep_before_the_first_job(tmp_path):
+    sweep_dir = tmp_path / "sweep"
+    result = sweep("pretrain", sweep_dir, *TINY_TRAIN, "env=point_mass_easy", "agent=proto,no_such_agent")
+    assert result.returncode == 2, result.stderr
+    error = result.stderr[result.stderr.index("protorl: error:"):].splitlines()
+    assert error[0] == "protorl: error: 1 of the sweep's 2 jobs would stop, nothing has run:"
+    assert error[1].strip().startswith("job 1 (") and "Could not find 'agent/no_such_agent'" in error[1]
+    assert not sweep_dir.exists()
+
+
 def test_rerunning_a_sweep_with_other_settings_is_refused_before_any_job(tmp_path):
     sweep_dir = tmp_path / "sweep"
     jobs = [*TINY_TRAIN, "env=point_mass_easy", "seed=1,2"]
