@@ -33,7 +33,7 @@ from protorl.storage.atomic import write_text_atomic
 from protorl.storage.checkpoints import drop_checkpoints
 from protorl.storage.layout import CONFIG_FILE
 from protorl.storage.rundir import claim_run_dir, release_run_dir
-from protorl.storage.snapshots import file_sha256, load_snapshot, snapshot_in_sweep
+from protorl.storage.snapshots import check_spec, file_sha256, load_snapshot, snapshot_in_sweep
 from protorl.training import PhaseResult, Trainer, prepare_process
 from protorl.validate import check_named_env, validate
 
@@ -132,9 +132,9 @@ def check(config: Config, command: str, named: Collection[str] = (), memory: boo
     config = dataclasses.replace(config, agent=agent_config(config.agent))  # as the run directory records it
     pretrained = None
     if command == "finetune" and config.snapshot:  # refuse a missing or mismatched snapshot before any work
+        pretrained = load_snapshot(config.snapshot, agent_config=config.agent)
         for task in downstream_tasks(config):
-            pretrained = load_snapshot(config.snapshot, env_spec=make_env(task, config, seed=0).spec(),
-                                       agent_config=config.agent)
+            check_spec(Path(config.snapshot), pretrained["env_spec"], make_env(task, config, seed=0).spec())
         if config.pretrain_data_share > 0 and "replay" not in pretrained:
             raise ConfigError(f"pretrain_data_share={config.pretrain_data_share}: snapshot {config.snapshot} holds "
                               "no replay buffer; pre-train with snapshot_replay=true")
