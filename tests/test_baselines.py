@@ -135,6 +135,9 @@ def test_proto_without_pretraining_learns_representation_from_task_reward(random
     agent = build("proto", "online")
     metrics = update(agent, random_replay, 0)
     assert {"repr_loss", "extr_reward_mean", "intr_reward_mean"} <= set(metrics)
+    intr, extr, share = (float(metrics[key]) for key in ("intr_reward_mean", "extr_reward_mean", "intr_reward_share"))
+    alpha = agent.cfg.intr_coef  # the intrinsic part of r + alpha * r_intr
+    assert share == pytest.approx(alpha * intr / (abs(extr) + alpha * intr)) and 0.0 < share < 1.0
     before = params(agent.encoder)
     update(agent, random_replay, 1)
     assert all(moved(before, agent.encoder).values())
@@ -286,6 +289,8 @@ def test_training_without_pretraining(name, extra, tmp_path: Path):
     assert not (run_dir / "pretrain").exists()
     _, rows = read_csv(run_dir / "finetune" / "eval.csv")
     assert [int(r["frames"]) for r in rows] == [0, 1000]
+    _, train = read_csv(run_dir / "finetune" / "train.csv")
+    assert any(row.get("intr_reward_share") for row in train) == (name == "proto")  # Proto-RL's intrinsic share
 
 
 @pytest.mark.slow

@@ -146,6 +146,7 @@ def test_a_tiny_fine_tuning_logs_its_diagnostics(tmp_path):
     assert all(float(row["actor_drift"]) >= 0 for row in train if row["actor_drift"])
     assert any(row["actor_drift"] for row in train)
     assert all(0.0 <= float(row["intr_reward_share"]) <= 1.0 for row in train if row["intr_reward_share"])
+    assert any(row["intr_reward_share"] for row in train)
     pretrain_train = _rows(run_dir / "pretrain" / "train.csv")
     assert not any(row["actor_drift"] for row in pretrain_train)  # no pre-trained actor to drift from
 

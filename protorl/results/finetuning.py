@@ -4,7 +4,7 @@ pre-training learned.
 For each downstream directory (`finetune/` or `finetune_<task>/`) one row of panels: the evaluation return with
 the success rate (evaluation episodes with any positive reward), the distance of the policy's mean action from
 the pre-trained actor's (`actor_drift`, on each update's batch), and the intrinsic share of the reward
-(`intr_reward_share`, Proto-RL downstream).
+(`intr_reward_share`, Proto-RL downstream, from a snapshot or online).
 """
 
 from __future__ import annotations

@@ -24,7 +24,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from protorl.agents.base import Agent, Metrics, frozen_features, reward_metrics
+from protorl.agents.base import Agent, Metrics, frozen_features, intrinsic_share, reward_metrics
 from protorl.agents.diagnostics import (
     PROJECTION_METRICS,
     PROTOTYPE_METRICS,
@@ -105,7 +105,7 @@ class ProtoAgent(Agent):
 
     name = "proto"
     config_class = ProtoConfig
-    # intr_reward_share (downstream): alpha * mean r_intr / (|mean r| + alpha * mean r_intr) of the batch's reward
+    # intr_reward_share (downstream and online): the intrinsic part of the batch's reward (`intrinsic_share`)
     metrics = ("repr_loss", "intr_reward_mean", "intr_reward_std", "extr_reward_mean", "intr_reward_share",
                *PROTOTYPE_METRICS, *PROJECTION_METRICS)
     architecture_keys = ("proj_dim", "pred_hidden_dim", "num_prototypes", "candidates_per_prototype",
@@ -171,6 +171,7 @@ class ProtoAgent(Agent):
                        **projection_diagnostics(next_linear, next_raw, self.head.prototypes))
         if extr_reward is not None:
             metrics["extr_reward_mean"] = extr_reward.mean()
+            metrics["intr_reward_share"] = intrinsic_share(cfg.intr_coef, intr_reward, extr_reward)
         return metrics
 
     def update_frozen(self, batch: Batch, step: int) -> Metrics:
@@ -181,9 +182,8 @@ class ProtoAgent(Agent):
             intr_reward = self.enqueue_and_score(self.head.projector(next_features))  # (B, 1)
             reward = batch.reward + self.cfg.intr_coef * intr_reward
         metrics = self.sac.update(features, batch.action, reward, batch.discount, next_features, step)
-        metrics.update(**reward_metrics("intr_reward", intr_reward), extr_reward_mean=batch.reward.mean())
-        scaled_intr = self.cfg.intr_coef * metrics["intr_reward_mean"]
-        metrics["intr_reward_share"] = scaled_intr / (metrics["extr_reward_mean"].abs() + scaled_intr).clamp_min(1e-12)
+        metrics.update(**reward_metrics("intr_reward", intr_reward), extr_reward_mean=batch.reward.mean(),
+                       intr_reward_share=intrinsic_share(self.cfg.intr_coef, intr_reward, batch.reward))
         return metrics
 
     def representation_loss(self, features: torch.Tensor, next_obs: torch.Tensor
