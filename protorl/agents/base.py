@@ -201,8 +201,8 @@ def reward_metrics(prefix: str, reward: torch.Tensor) -> Metrics:
     return {f"{prefix}_mean": reward.mean(), f"{prefix}_std": reward.std(correction=0)}
 
 
-def intrinsic_share(intr_coef: float, intr_reward: torch.Tensor, extr_reward: torch.Tensor) -> torch.Tensor:
-    """The intrinsic part of a batch's reward r + alpha * r_intr (each (B, 1)):
+def intrinsic_share(intr_coef: float, intr_reward_mean: torch.Tensor, extr_reward_mean: torch.Tensor) -> torch.Tensor:
+    """The intrinsic part of a batch's reward r + alpha * r_intr, from the batch means of r_intr and r:
     alpha * mean r_intr / (|mean r| + alpha * mean r_intr), in [0, 1] for r_intr >= 0."""
-    scaled_intr = intr_coef * intr_reward.detach().mean()
-    return scaled_intr / (extr_reward.detach().mean().abs() + scaled_intr).clamp_min(1e-12)
+    scaled_intr = intr_coef * intr_reward_mean
+    return scaled_intr / (extr_reward_mean.abs() + scaled_intr).clamp_min(1e-12)

@@ -171,7 +171,8 @@ class ProtoAgent(Agent):
                        **projection_diagnostics(next_linear, next_raw, self.head.prototypes))
         if extr_reward is not None:
             metrics["extr_reward_mean"] = extr_reward.mean()
-            metrics["intr_reward_share"] = intrinsic_share(cfg.intr_coef, intr_reward, extr_reward)
+            metrics["intr_reward_share"] = intrinsic_share(cfg.intr_coef, metrics["intr_reward_mean"],
+                                                           metrics["extr_reward_mean"])
         return metrics
 
     def update_frozen(self, batch: Batch, step: int) -> Metrics:
@@ -182,8 +183,9 @@ class ProtoAgent(Agent):
             intr_reward = self.enqueue_and_score(self.head.projector(next_features))  # (B, 1)
             reward = batch.reward + self.cfg.intr_coef * intr_reward
         metrics = self.sac.update(features, batch.action, reward, batch.discount, next_features, step)
-        metrics.update(**reward_metrics("intr_reward", intr_reward), extr_reward_mean=batch.reward.mean(),
-                       intr_reward_share=intrinsic_share(self.cfg.intr_coef, intr_reward, batch.reward))
+        metrics.update(**reward_metrics("intr_reward", intr_reward), extr_reward_mean=batch.reward.mean())
+        metrics["intr_reward_share"] = intrinsic_share(self.cfg.intr_coef, metrics["intr_reward_mean"],
+                                                       metrics["extr_reward_mean"])
         return metrics
 
     def representation_loss(self, features: torch.Tensor, next_obs: torch.Tensor
