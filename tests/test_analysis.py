@@ -27,7 +27,14 @@ from protorl.exploration.coverage import (
     visited_fraction,
 )
 from protorl.exploration.maps import closest_samples, wall_rectangles
-from protorl.exploration.reward_variance import proto_candidates, reward_variance, spread
+from protorl.exploration.reward_variance import (
+    ReplayProjections,
+    embed,
+    knn_reward,
+    proto_candidates,
+    reward_variance,
+    spread,
+)
 from protorl.logs.logger import Logger
 from protorl.replay import ReplayBuffer
 from protorl.results.analyze import analyze_run
@@ -146,6 +153,44 @@ def test_reward_variance_leaves_training_state_alone(build_agent, replay):
     assert torch.equal(agent.queue.items, queue["items"]) and agent.queue.pointer == queue["pointer"]
     assert replay._rng.bit_generator.state == replay_rng
     assert torch.equal(torch.get_rng_state(), torch_rng) and (np.random.get_state()[1] == numpy_rng).all()
+
+
+def test_replay_observations_are_encoded_once_with_the_same_projections(build_agent, replay, monkeypatch):
+    agent = build_agent()
+    rng, batch = np.random.default_rng(0), agent.cfg.batch_size
+    draws = [replay.sample_indices(n * batch, rng) for n in (5, 1, 8)]  # whole batches, as the analyses draw
+    tails = [replay.sample_indices(n, rng) for n in (batch + 5, 3)]
+    projections = ReplayProjections(agent, replay)
+    encoded = []
+    monkeypatch.setattr(agent, "encoder", lambda obs, encode=agent.encoder: encoded.append(len(obs)) or encode(obs))
+    for ends in draws:  # bit for bit what embedding the draw itself gives
+        assert torch.equal(projections.at(ends), embed(agent, replay.stack_at(ends)))
+    for ends in tails:  # a last chunk of 1-3 rows takes another path in the BLAS: equal to float rounding
+        torch.testing.assert_close(projections.at(ends), embed(agent, replay.stack_at(ends)))
+    draws += tails
+    distinct = len(np.unique(np.concatenate(draws)))
+    assert sum(encoded) - sum(len(ends) for ends in draws) < distinct + len(draws) * agent.cfg.batch_size
+
+
+def test_reward_variance_equals_its_definition_with_every_draw_encoded(build_agent, replay):
+    """The shared projections change nothing: the reward variance as defined, each draw embedded on its own."""
+    agent = build_agent()
+    agent.queue.enqueue(torch.randn(5, agent.cfg.proj_dim))
+    probes = replay.stack_at(replay.sample_indices(6, np.random.default_rng(0)))
+    rng, generator = np.random.default_rng(3), torch.Generator().manual_seed(3)
+    measured = reward_variance(agent, replay, probes, 3, rng, generator)
+    rng, generator = np.random.default_rng(3), torch.Generator().manual_seed(3)
+    z, k, batch = agent.reward_points(embed(agent, probes)), agent.cfg.knn_k, agent.cfg.batch_size
+
+    def drawn(count: int) -> torch.Tensor:
+        return embed(agent, replay.stack_at(replay.sample_indices(count, rng)))
+
+    proto = [knn_reward(z, torch.cat([agent.candidates(drawn(batch), generator)
+                                      for _ in range(agent.cfg.candidates_per_prototype)]), k) for _ in range(3)]
+    uniform = [knn_reward(z, agent.reward_points(drawn(agent.queue.capacity)), k) for _ in range(3)]
+    for scheme, rewards in (("proto", proto), ("uniform", uniform)):
+        expected = spread(torch.cat(rewards, dim=1).t().numpy())
+        assert tuple(measured[f"variance/{scheme}_{stat}"] for stat in ("mean", "std", "cv")) == expected
 
 
 @pytest.mark.slow

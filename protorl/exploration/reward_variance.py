@@ -11,6 +11,8 @@ Observations are encoded and projected with the agent's current online encoder a
 augmentation, so the spread is that of the candidate draw alone; distances are measured in the agent's
 reward space (`agent.reward_space`). All draws use the caller's generators:
 the agent's queue, the replay's sampling RNG and the global RNGs are left untouched (exact resume).
+The draws repeat replay observations (10 x 2176 draws from a buffer of a few thousand at 5k frames): each
+distinct one is encoded once (`ReplayProjections`).
 """
 
 from __future__ import annotations
@@ -28,16 +30,53 @@ def embed(agent: Prototypes, obs: np.ndarray) -> torch.Tensor:
     return agent.embed(torch.as_tensor(obs, device=agent.device))
 
 
-def replay_embeddings(agent: Prototypes, replay: ReplayBuffer, count: int, rng: np.random.Generator) -> torch.Tensor:
+class ReplayProjections:
+    """Projections before L2 normalisation of the replay's observations, each encoded once while the agent's
+    networks stay as they are (one analysis): `at(ends)` equals `embed(agent, replay.stack_at(ends))`.
+
+    The projector sees chunks of the agent's batch size, as `Prototypes.embed` gives it (the last one padded with a
+    repeated observation), so each projection comes from a product of the same shape: bit for bit the same for
+    draws of whole batches (the analyses'), to float rounding where a draw ends in a chunk of 1-3 rows (which a
+    BLAS may compute another way)."""
+
+    GROUP = 32  # chunks encoded per call, bounding the stacked frames in memory (32 x 32 x 63.5 KB at 9x84x84)
+
+    def __init__(self, agent: Prototypes, replay: ReplayBuffer):
+        self.agent, self.replay = agent, replay
+        self.known = np.empty((0,), dtype=np.int64)  # sorted absolute indices already projected
+        self.rows: torch.Tensor | None = None  # (len(known), D), in the order of `known`
+
+    @torch.no_grad()
+    def at(self, ends: np.ndarray) -> torch.Tensor:
+        """Projections (N, D) of the observations ending at absolute indices `ends` (N,)."""
+        new = np.setdiff1d(ends, self.known)
+        if len(new):
+            chunk = self.agent.cfg.batch_size
+            padded = np.concatenate([new, np.repeat(new[-1:], -len(new) % chunk)])
+            group = chunk * self.GROUP
+            projected = torch.cat([embed(self.agent, self.replay.stack_at(padded[i:i + group]))
+                                   for i in range(0, len(padded), group)])[:len(new)]
+            known = np.concatenate([self.known, new])
+            order = np.argsort(known, kind="stable")
+            rows = projected if self.rows is None else torch.cat([self.rows, projected])
+            self.known, self.rows = known[order], rows[torch.as_tensor(order, device=rows.device)]
+        position = torch.as_tensor(np.searchsorted(self.known, ends), device=self.rows.device)
+        return self.rows[position]
+
+
+def replay_embeddings(agent: Prototypes, replay: ReplayBuffer, count: int, rng: np.random.Generator,
+                      projections: ReplayProjections | None = None) -> torch.Tensor:
     """Projections of `count` next-observations drawn uniformly from the replay with `rng`: (count, D)."""
-    return embed(agent, replay.stack_at(replay.sample_indices(count, rng)))
+    projections = projections or ReplayProjections(agent, replay)
+    return projections.at(replay.sample_indices(count, rng))
 
 
 @torch.no_grad()
-def proto_candidates(agent: Prototypes, replay: ReplayBuffer, rng: np.random.Generator, generator: torch.Generator
-                     ) -> torch.Tensor:
+def proto_candidates(agent: Prototypes, replay: ReplayBuffer, rng: np.random.Generator, generator: torch.Generator,
+                     projections: ReplayProjections | None = None) -> torch.Tensor:
     """A full queue as the agent fills it: T batches of B, M candidates from each -> (M * T, D)."""
-    batches = [replay_embeddings(agent, replay, agent.cfg.batch_size, rng)
+    projections = projections or ReplayProjections(agent, replay)
+    batches = [replay_embeddings(agent, replay, agent.cfg.batch_size, rng, projections)
                for _ in range(agent.cfg.candidates_per_prototype)]
     return torch.cat([agent.candidates(raw, generator) for raw in batches])
 
@@ -52,13 +91,16 @@ def spread(rewards: np.ndarray) -> tuple[float, float, float]:
 
 @torch.no_grad()
 def reward_variance(agent: Prototypes, replay: ReplayBuffer, probe_obs: np.ndarray, repeats: int,
-                    rng: np.random.Generator, generator: torch.Generator) -> dict[str, float]:
+                    rng: np.random.Generator, generator: torch.Generator,
+                    projections: ReplayProjections | None = None) -> dict[str, float]:
     """The k-NN reward of `probe_obs` (P, *obs_shape) under `repeats` proto and uniform candidate sets ->
-    `variance/{proto,uniform}_{mean,std,cv}` (means over the probes, see `spread`)."""
+    `variance/{proto,uniform}_{mean,std,cv}` (means over the probes, see `spread`). `projections`: the replay's
+    projections already computed with the agent as it is (shared with other analyses of the same moment)."""
+    projections = projections or ReplayProjections(agent, replay)
     z = agent.reward_points(embed(agent, probe_obs))  # (P, D)
     k, size = agent.cfg.knn_k, agent.queue.capacity
-    proto = [knn_reward(z, proto_candidates(agent, replay, rng, generator), k) for _ in range(repeats)]
-    uniform = [knn_reward(z, agent.reward_points(replay_embeddings(agent, replay, size, rng)), k)
+    proto = [knn_reward(z, proto_candidates(agent, replay, rng, generator, projections), k) for _ in range(repeats)]
+    uniform = [knn_reward(z, agent.reward_points(replay_embeddings(agent, replay, size, rng, projections)), k)
                for _ in range(repeats)]
     metrics = {}
     for scheme, rewards in (("proto", proto), ("uniform", uniform)):

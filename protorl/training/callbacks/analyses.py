@@ -44,7 +44,7 @@ from protorl.exploration.maps import (
     write_animation,
 )
 from protorl.exploration.random_reference import RandomPolicyCoverage
-from protorl.exploration.reward_variance import embed, reward_variance
+from protorl.exploration.reward_variance import ReplayProjections, embed, reward_variance
 from protorl.logs.logger import CSVFile, Logger
 from protorl.probe import ProbeFrames, collect_frames, ridge_r2
 from protorl.replay import ReplayBuffer
@@ -121,16 +121,18 @@ class AnalysisMonitor(Callback):
             random_counts = self.random_policy.counts_at(frames)
             row.update({"coverage/random_entropy": coverage_entropy(random_counts),
                         "coverage/random_visited_fraction": visited_fraction(random_counts)})
-        if isinstance(self.agent, Prototypes) and len(self.replay) > 0:
+        # the replay's projections, each observation encoded once for the reward variance and the map
+        projections = ReplayProjections(self.agent, self.replay) if isinstance(self.agent, Prototypes) else None
+        if projections is not None and len(self.replay) > 0:
             if self.probes is None:
                 self.probes = self.replay.stack_at(self.replay.sample_indices(self.cfg.variance_probes, rng))
             generator = torch.Generator(device=self.agent.device).manual_seed(int(rng.integers(2**62)))
             row.update(reward_variance(self.agent, self.replay, self.probes, self.cfg.variance_repeats, rng,
-                                       generator))
+                                       generator, projections))
         if self.cfg.probe_samples is not None and isinstance(self.env, Simulated):
             row.update(self._probe())
         if self.walls is not None:
-            self._write_map(frames, rng)
+            self._write_map(frames, rng, projections)
         row["analysis/time_s"] = time.time() - started
         self.csv.write(row)
         self.logger.log_scalars(row)
@@ -154,12 +156,11 @@ class AnalysisMonitor(Callback):
             row["probe/projection_r2"] = float(np.nanmean(ridge_r2(projections.float().cpu().numpy(), states)))
         return row
 
-    def _write_map(self, frames: int, rng: np.random.Generator) -> None:
+    def _write_map(self, frames: int, rng: np.random.Generator, projections: ReplayProjections | None) -> None:
         prototype_xy = reward = None
-        if isinstance(self.agent, Prototypes) and len(self.replay) > 0:
+        if projections is not None and len(self.replay) > 0:
             ends = self.replay.sample_indices(self.cfg.map_samples, rng)
-            closest = closest_samples(F.normalize(embed(self.agent, self.replay.stack_at(ends)), dim=1),
-                                      self.agent.prototypes)
+            closest = closest_samples(F.normalize(projections.at(ends), dim=1), self.agent.prototypes)
             states = self.replay.physical_states[ends[closest.cpu().numpy()] % self.replay.capacity]
             prototype_xy = states[:, self.spec.columns]  # (M, 2)
         if self.probe_env is not None:  # before the queue holds k candidates, an empty panel of the same size
