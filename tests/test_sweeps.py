@@ -195,6 +195,11 @@ def test_every_experiment_preset_composes_to_a_valid_sweep(name):
         elif name.endswith("_pixels_probe"):  # the state probe from pixels at a CPU budget
             assert config.agent.batch_size == 32 and config.obs == "pixels" and config.probe_samples is not None
             assert config.pretrain_frames <= 10_000
+        elif name.startswith("maze_pixels_"):  # the pixel study: explore_pixels_long's settings, >= 40k frames
+            assert config.agent.batch_size == 32 and config.obs == "pixels" and config.update_every_steps == 1
+            assert config.pretrain_frames >= 40_000 and config.replay_capacity >= config.pretrain_frames
+            if command == "finetune":  # the main job's fine-tuning comparison, from pixels
+                assert config.compare_without_pretraining and config.finetune_frames <= 20_000
         elif name.startswith("maze_far"):  # the main job's settings, longer: targets outside the start room
             assert config.agent.batch_size == 32 and config.obs == "states"
             assert config.pretrain_frames in (0, 100_000)
