@@ -8,17 +8,16 @@
 
 from __future__ import annotations
 
-import dataclasses
 from pathlib import Path
 
 import numpy as np
 import torch
 
-from protorl.agents import Agent, agent_class
+from protorl.agents import Agent
 from protorl.agents.capabilities import Prototypes
 from protorl.errors import ConfigError, SnapshotError
 from protorl.runtime import check_device
-from protorl.storage.snapshots import load_snapshot
+from protorl.storage.snapshots import load_snapshot, snapshot_agent
 
 
 class Pretrained:
@@ -83,17 +82,8 @@ def load_pretrained(path: str | Path, device: str | torch.device = "auto") -> Pr
     if isinstance(device, str):
         device = check_device(device)
     payload = load_snapshot(path)
-    saved = dict(payload["config"]["agent"])
-    cls = agent_class(saved.get("name", ""))
-    fields = {f.name for f in dataclasses.fields(cls.config_class)}
-    unknown = sorted(set(saved) - fields)
-    if unknown:
-        raise SnapshotError(f"snapshot {path}: its agent config has keys {', '.join(unknown)} that agent "
-                            f"{cls.name!r} does not know")
-    spec = payload["env_spec"]
-    agent = cls(spec["obs_type"], tuple(spec["obs_shape"]), tuple(spec["action_shape"]), cls.config_class(**saved),
-                device, "frozen")
+    agent = snapshot_agent(Path(path), payload, device)
     agent.load_pretrained(payload["agent"])
-    if not cls.loads_pretrained_actor:  # the snapshot's exploration actor, whatever the agent does downstream
+    if not agent.loads_pretrained_actor:  # the snapshot's exploration actor, whatever the agent does downstream
         agent.sac.actor.load_state_dict(payload["agent"]["actor"])
-    return Pretrained(agent, spec, payload["config"], int(payload["frames"]))
+    return Pretrained(agent, payload["env_spec"], payload["config"], int(payload["frames"]))

@@ -25,7 +25,7 @@ from omegaconf import OmegaConf
 
 from protorl.agents import agent_class
 from protorl.config import Config, downstream_tasks
-from protorl.errors import ConfigError
+from protorl.errors import ConfigError, first_line
 from protorl.storage.layout import (
     CONFIG_FILE,
     DOWNSTREAM_DIR,
@@ -139,7 +139,7 @@ def saved_config(run_dir: Path) -> Config:
         agent_schema = OmegaConf.structured(agent_class(str(saved.agent.name)).config_class)  # the agent's own keys
         return OmegaConf.to_object(OmegaConf.merge(OmegaConf.structured(Config), {"agent": agent_schema}, saved))
     except Exception as error:  # unreadable, not YAML (e.g. cut short), or not this schema
-        raise RunDirError(f"{path}: cannot be read as a protorl config ({_first_line(error)})") from None
+        raise RunDirError(f"{path}: cannot be read as a protorl config ({first_line(error)})") from None
 
 
 def config_differences(saved: Config, wanted: Config) -> list[str]:
@@ -256,7 +256,3 @@ def _flatten(tree: dict, prefix: str = "") -> dict:
         else:
             flat[f"{prefix}{key}"] = value
     return flat
-
-
-def _first_line(error: BaseException) -> str:
-    return str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
