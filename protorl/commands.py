@@ -58,7 +58,10 @@ def train(config: Config | None = None, **fields) -> list[PhaseResult]:
 
 def configured(config: Config | None, fields: dict) -> Config:
     """A copy of `config` (default: the paper's `Config()`) with `fields` replaced; `ConfigError` for a field
-    `Config` does not have, or without a `run_dir`."""
+    `Config` does not have, without a `run_dir`, or for a `config` that is not a `Config`."""
+    if config is not None and not isinstance(config, Config):
+        raise ConfigError(f"config={config!r}: expected a protorl.config.Config, or none with the settings as "
+                          "keywords (e.g. env=..., run_dir=...)")
     config = config or Config()
     unknown = sorted(set(fields) - {f.name for f in dataclasses.fields(Config)})
     if unknown:

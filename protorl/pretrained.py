@@ -15,7 +15,7 @@ import torch
 
 from protorl.agents import Agent
 from protorl.agents.capabilities import Prototypes
-from protorl.errors import ConfigError, SnapshotError
+from protorl.errors import ConfigError, SnapshotError, first_line
 from protorl.runtime import check_device
 from protorl.storage.snapshots import load_snapshot, snapshot_agent
 
@@ -42,6 +42,7 @@ class Pretrained:
     def encode(self, obs: np.ndarray | torch.Tensor) -> torch.Tensor:
         """Observations (B, *obs_shape), or one (*obs_shape), as stored by the env (uint8 pixels, float states)
         -> the frozen encoder's features (B, R), or (R,), on the snapshot's device."""
+        obs = self._tensor(obs)
         features = self.agent.encoder(self._batch(obs))
         return features[0] if obs.ndim == len(self.obs_shape) else features
 
@@ -50,15 +51,27 @@ class Pretrained:
         """Proto-RL only: observations -> L2-normalised projections z (B, D), the prototypes' space."""
         if not isinstance(self.agent, Prototypes):
             raise SnapshotError(f"a snapshot of agent {self.agent.name!r} has no projector: project() needs Proto-RL")
+        obs = self._tensor(obs)
         z = torch.nn.functional.normalize(self.agent.embed(self._batch(obs)), dim=1)
         return z[0] if obs.ndim == len(self.obs_shape) else z
 
-    def act(self, obs: np.ndarray, sample: bool = False) -> np.ndarray:
-        """One observation -> the exploration actor's action in [-1, 1] (its mean, or a sample)."""
-        return self.agent.act(np.asarray(obs), sample)
+    def act(self, obs: np.ndarray | torch.Tensor, sample: bool = False) -> np.ndarray:
+        """One observation (*obs_shape) -> the exploration actor's action in [-1, 1] (its mean, or a sample)."""
+        obs = self._tensor(obs)
+        if obs.ndim != len(self.obs_shape):
+            raise ConfigError(f"an observation of shape {tuple(obs.shape)}: act() takes one observation "
+                              f"{self.obs_shape}")
+        return self.agent.act(self._batch(obs)[0], sample)
 
-    def _batch(self, obs: np.ndarray | torch.Tensor) -> torch.Tensor:
-        obs = torch.as_tensor(obs, device=self.device)
+    def _tensor(self, obs: np.ndarray | torch.Tensor) -> torch.Tensor:
+        """`obs` as a tensor on the snapshot's device; `ConfigError` for what is not an array of numbers."""
+        try:
+            return torch.as_tensor(obs, device=self.device)
+        except (TypeError, ValueError, RuntimeError) as error:
+            raise ConfigError(f"observations of type {type(obs).__name__}: expected an array of numbers "
+                              f"({first_line(error)})") from None
+
+    def _batch(self, obs: torch.Tensor) -> torch.Tensor:
         pixels = self.env_spec["obs_type"] == "pixels"
         if pixels and obs.dtype != torch.uint8 or not pixels and not obs.dtype.is_floating_point:
             expected = "uint8 pixels in [0, 255], as the environment renders them" if pixels else "float states"

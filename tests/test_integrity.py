@@ -225,3 +225,12 @@ def test_a_snapshot_that_would_run_code_is_one_line_without_torchs_advice(tmp_pa
     line = assert_user_error(run("finetune", *FINETUNE, f"snapshot={evil}", run_dir=tmp_path / "ft"), str(evil),
                              "could run code")
     assert "weights_only" not in line
+
+
+def test_a_run_directory_name_too_long_is_one_line(tmp_path):
+    assert_user_error(run("pretrain", *RUN, run_dir=tmp_path / ("a" * 300)), "File name too long")
+
+
+def test_an_unquoted_path_hydra_cannot_read_is_one_line_saying_to_quote_it(tmp_path):
+    result = run("finetune", *FINETUNE, f"snapshot={tmp_path}/é.pt", run_dir=tmp_path / "ft")
+    assert_user_error(result, "cannot read the override", "must be quoted", f"\"snapshot='{tmp_path}/é.pt'\"")

@@ -93,30 +93,33 @@ def claim_run_dir(cfg: Config) -> Path:
 def check_run_dir(cfg: Config) -> None:
     """Raise `RunDirError` if `claim_run_dir(cfg)` would be refused now; leaves nothing behind and locks nothing."""
     run_dir = Path(cfg.run_dir).resolve()
-    existing = next(path for path in (run_dir, *run_dir.parents) if path.is_dir())  # where it will be created
     try:
+        existing = next(path for path in (run_dir, *run_dir.parents) if path.is_dir())  # where it will be created
         with tempfile.TemporaryFile(dir=existing):
             pass
-    except OSError as error:
+        _check_not_busy(run_dir)
+    except OSError as error:  # e.g. a name longer than the file system allows, a read-only disk
         raise RunDirError(f"cannot write to run directory {run_dir}: {error.strerror or error}") from None
-    lock = run_dir / LOCK_FILE
-    if lock.is_file():
-        try:
-            fd = os.open(lock, os.O_RDONLY)
-        except OSError as error:
-            raise RunDirError(f"cannot write to run directory {run_dir}: {error.strerror or error}") from None
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            fcntl.flock(fd, fcntl.LOCK_UN)
-        except BlockingIOError:
-            holder = os.pread(fd, 64, 0).decode(errors="replace").strip() or "?"
-            raise RunDirError(f"run directory {run_dir} is in use by process {holder} (its lock {lock}); wait for "
-                              "it to end, or choose another hydra.run.dir") from None
-        except OSError:
-            pass  # a file system without locks: claim_run_dir warns
-        finally:
-            os.close(fd)
     _check_contract(run_dir, cfg, delete=False)
+
+
+def _check_not_busy(run_dir: Path) -> None:
+    """`RunDirError` if another process holds the lock of `run_dir`."""
+    lock = run_dir / LOCK_FILE
+    if not lock.is_file():
+        return
+    fd = os.open(lock, os.O_RDONLY)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        fcntl.flock(fd, fcntl.LOCK_UN)
+    except BlockingIOError:
+        holder = os.pread(fd, 64, 0).decode(errors="replace").strip() or "?"
+        raise RunDirError(f"run directory {run_dir} is in use by process {holder} (its lock {lock}); wait for "
+                          "it to end, or choose another hydra.run.dir") from None
+    except OSError:
+        pass  # a file system without locks: claim_run_dir warns
+    finally:
+        os.close(fd)
 
 
 def release_run_dir(run_dir: Path) -> None:
