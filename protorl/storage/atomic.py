@@ -90,8 +90,8 @@ def safe_load(path: str | Path, what: str, error: type[ProtorlError], mmap: bool
     in errors, which are `error` (`UnreadableFileError` for a file that is not whole or not as it was written).
 
     `mmap`: the payload's tensors map the file (`torch.load(mmap=True)`: privately, copy on write) instead of
-    being read into memory: for a payload that the caller copies out at once, it saves the copy that checking
-    the digest costs."""
+    being read into memory. For a payload that the caller copies out at once (a checkpoint), this spares the copy
+    `torch.load` would make, about what checking the digest costs."""
     path = Path(path)
     if path.is_dir():
         raise error(f"{what} {path}: a directory, not a file")
