@@ -128,7 +128,7 @@ class ValidateBeforeRun(Callback):
         try:
             check_run_dir(checked)
         except ConfigError as error:
-            _exit_with(error)
+            _exit_with(_one_line(error))
         except Exception as error:  # Hydra would turn it into a warning and run unchecked
             _exit_with(f"checking the run directory failed: {_one_line(error)}", status=1)
 
@@ -155,9 +155,9 @@ def run(cfg: DictConfig, command: str) -> None:
         if (run_dir / PRETRAIN_DIR / "analysis.csv").is_file():  # what protorl-analyze RUN_DIR prints and plots
             print(analyze_run(run_dir), flush=True)
     except TrainingDiverged as error:  # a ProtorlError, with its own exit status
-        _exit_with(error, status=3)
+        _exit_with(_one_line(error), status=3)
     except ProtorlError as error:
-        _exit_with(error)
+        _exit_with(_one_line(error))
     except OSError as error:
         _exit_with(f"I/O error on {error.filename or 'a file of the run'}: {error.strerror or error}")
 
@@ -197,13 +197,23 @@ def _one_line(error: BaseException) -> str:
 def _hydra_entry(main) -> None:
     """Run a Hydra main function: Hydra's own user errors (an unknown key, a value of the wrong type, a missing
     config group option, an unparsable override) end as one `protorl: error:` line, exit status 2."""
-    from hydra.errors import HydraException
+    from hydra.errors import HydraException, OverrideParseException
 
     os.environ["HYDRA_FULL_ERROR"] = "1"  # Hydra raises instead of printing its multi-line report
     try:
         main()
+    except OverrideParseException as error:
+        _exit_with(_unparsable(error.override, error.message))
     except (HydraException, OmegaConfBaseException) as error:
         _exit_with(_one_line(error))
+
+
+def _unparsable(override: str, message: str) -> str:
+    """What to do about an override that Hydra's grammar cannot read: most often a value that needs quotes."""
+    key, _, value = override.partition("=")
+    quoted = f"\"{key}='{value}'\"" if value else "KEY='VALUE'"
+    return (f"cannot read the override {override} ({message.split(':')[0]}): a value holding spaces, letters "
+            f"outside ASCII or other special characters must be quoted, e.g. {quoted} in a shell")
 
 
 def run_job(cfg: DictConfig, command: str) -> None:

@@ -33,7 +33,7 @@ from protorl.storage.atomic import write_text_atomic
 from protorl.storage.checkpoints import drop_checkpoints
 from protorl.storage.layout import CONFIG_FILE
 from protorl.storage.rundir import claim_run_dir, release_run_dir
-from protorl.storage.snapshots import check_spec, file_sha256, load_snapshot, snapshot_in_sweep
+from protorl.storage.snapshots import check_spec, load_snapshot, snapshot_digest, snapshot_in_sweep
 from protorl.training import PhaseResult, Trainer, prepare_process
 from protorl.validate import check_named_env, validate
 
@@ -58,7 +58,10 @@ def train(config: Config | None = None, **fields) -> list[PhaseResult]:
 
 def configured(config: Config | None, fields: dict) -> Config:
     """A copy of `config` (default: the paper's `Config()`) with `fields` replaced; `ConfigError` for a field
-    `Config` does not have, or without a `run_dir`."""
+    `Config` does not have, without a `run_dir`, or for a `config` that is not a `Config`."""
+    if config is not None and not isinstance(config, Config):
+        raise ConfigError(f"config={config!r}: expected a protorl.config.Config, or none with the settings as "
+                          "keywords (e.g. env=..., run_dir=...)")
     config = config or Config()
     unknown = sorted(set(fields) - {f.name for f in dataclasses.fields(Config)})
     if unknown:
@@ -111,36 +114,45 @@ def _is_a(value, kind) -> bool:
 
 def check(config: Config, command: str, named: Collection[str] = (), memory: bool = True) -> tuple[Config, dict | None]:
     """`config` checked for `command` (one of `COMMANDS`) before anything is written, as a new config, and for
-    finetune its snapshot, read and checked (`named`: the keys the user set, `validate.check_named_env`); with
-    `memory`, also the memory the run will need (`resources.check_memory`). In the new
-    config `snapshot` is absolute, so the run directory records where it came from (with `pretrain_sweep` instead,
-    it is the sweep's matching snapshot), and `agent` is of its agent's own config class."""
+    finetune its snapshot, read and verified (`named`: the keys the user set, `validate.check_named_env`); with
+    `memory`, also the memory the run will need (`resources.check_memory`). In the new config `snapshot` is
+    absolute, so the run directory records where it came from (with `pretrain_sweep` instead, it is the sweep's
+    matching snapshot), `snapshot_sha256` is the digest its pre-training wrote with it (`ConfigError` if one was
+    given and differs), and `agent` is of its agent's own config class."""
     if command == "finetune" and config.pretrain_sweep and not config.snapshot:
         sweep = str(Path(config.pretrain_sweep).resolve())
         snapshot = snapshot_in_sweep(sweep, agent_config(config.agent).name, config.pretrain_env or config.env,
                                      config.seed, config.pretrain_frames)
         config = dataclasses.replace(config, pretrain_sweep=sweep, snapshot=str(snapshot))
     if config.snapshot:
-        snapshot = Path(config.snapshot).resolve()
-        digest = file_sha256(snapshot) if snapshot.is_file() else None  # a missing file: refused below, in one line
-        if config.snapshot_sha256 is not None and digest is not None and digest != config.snapshot_sha256:
-            raise ConfigError(f"snapshot={snapshot} has SHA-256 {digest}, not the snapshot_sha256 given "
-                              f"({config.snapshot_sha256})")
-        config = dataclasses.replace(config, snapshot=str(snapshot), snapshot_sha256=digest)
+        config = dataclasses.replace(config, snapshot=str(Path(config.snapshot).resolve()))
     validate(config, command)
     check_named_env(config, command, named)
     config = dataclasses.replace(config, agent=agent_config(config.agent))  # as the run directory records it
     pretrained = None
-    if command == "finetune" and config.snapshot:  # refuse a missing or mismatched snapshot before any work
+    if command == "finetune" and config.snapshot:  # refuse a missing, changed or mismatched snapshot before any work
         pretrained = load_snapshot(config.snapshot, agent_config=config.agent)
         for task in downstream_tasks(config):
             check_spec(Path(config.snapshot), pretrained["env_spec"], make_env(task, config, seed=0).spec())
         if config.pretrain_data_share > 0 and "replay" not in pretrained:
             raise ConfigError(f"pretrain_data_share={config.pretrain_data_share}: snapshot {config.snapshot} holds "
                               "no replay buffer; pre-train with snapshot_replay=true")
+    if config.snapshot:
+        config = recorded_snapshot(config, pretrained)
     if memory:
         check_memory(config, command, pretrained)
     return config, pretrained
+
+
+def recorded_snapshot(config: Config, pretrained: dict | None) -> Config:
+    """`config` with `snapshot_sha256` set to its snapshot's digest (`pretrained`'s, if read already; None for a
+    missing file), and `ConfigError` if a `snapshot_sha256` given is another one."""
+    path = Path(config.snapshot)
+    digest = pretrained["sha256"] if pretrained is not None else snapshot_digest(path) if path.is_file() else None
+    if config.snapshot_sha256 is not None and digest is not None and digest != config.snapshot_sha256:
+        raise ConfigError(f"snapshot={path} has digest {digest}, not the snapshot_sha256 given "
+                          f"({config.snapshot_sha256})")
+    return dataclasses.replace(config, snapshot_sha256=digest)
 
 
 # A run seeds and draws from the process-wide generators of torch, NumPy and Python: two runs in one process at once

@@ -104,8 +104,9 @@ class Config:
     # finetune without `snapshot`: a pre-training sweep's directory; the snapshot is its run's of this agent, task
     # (`pretrain_env` or `env`) and seed, at `pretrain_frames` (protorl/storage/snapshots.py)
     pretrain_sweep: str | None = None
-    # set by the commands: the SHA-256 of the snapshot's content, which identifies it wherever it lives (a run
-    # directory continues from a snapshot moved elsewhere, and refuses another one at the same path)
+    # set by the commands: the digest the snapshot was written with (the SHA-256 of its content; of the whole file
+    # for one written before digests existed), which identifies it wherever it lives (a run directory continues
+    # from a snapshot moved elsewhere, and refuses another one at the same path, or this one changed)
     snapshot_sha256: str | None = None
     # downstream tasks of one pre-training (protorl-train, protorl-finetune), each in its own
     # `finetune_<task>/` directory; empty: `env` alone, in `finetune/`

@@ -38,3 +38,9 @@ class ResultsError(ProtorlError, ValueError):
 
 class TrainingDiverged(ProtorlError, RuntimeError):
     """A loss or metric became NaN or infinite; the message names it and the last good checkpoint."""
+
+
+def first_line(error: BaseException) -> str:
+    """The first line of an error's message (its type's name if it has none): what a one-line report shows."""
+    text = str(error).strip()
+    return text.splitlines()[0] if text else type(error).__name__

@@ -8,17 +8,16 @@
 
 from __future__ import annotations
 
-import dataclasses
 from pathlib import Path
 
 import numpy as np
 import torch
 
-from protorl.agents import Agent, agent_class
+from protorl.agents import Agent
 from protorl.agents.capabilities import Prototypes
-from protorl.errors import ConfigError, SnapshotError
+from protorl.errors import ConfigError, SnapshotError, first_line
 from protorl.runtime import check_device
-from protorl.storage.snapshots import load_snapshot
+from protorl.storage.snapshots import load_snapshot, snapshot_agent
 
 
 class Pretrained:
@@ -43,6 +42,7 @@ class Pretrained:
     def encode(self, obs: np.ndarray | torch.Tensor) -> torch.Tensor:
         """Observations (B, *obs_shape), or one (*obs_shape), as stored by the env (uint8 pixels, float states)
         -> the frozen encoder's features (B, R), or (R,), on the snapshot's device."""
+        obs = self._tensor(obs)
         features = self.agent.encoder(self._batch(obs))
         return features[0] if obs.ndim == len(self.obs_shape) else features
 
@@ -51,15 +51,27 @@ class Pretrained:
         """Proto-RL only: observations -> L2-normalised projections z (B, D), the prototypes' space."""
         if not isinstance(self.agent, Prototypes):
             raise SnapshotError(f"a snapshot of agent {self.agent.name!r} has no projector: project() needs Proto-RL")
+        obs = self._tensor(obs)
         z = torch.nn.functional.normalize(self.agent.embed(self._batch(obs)), dim=1)
         return z[0] if obs.ndim == len(self.obs_shape) else z
 
-    def act(self, obs: np.ndarray, sample: bool = False) -> np.ndarray:
-        """One observation -> the exploration actor's action in [-1, 1] (its mean, or a sample)."""
-        return self.agent.act(np.asarray(obs), sample)
+    def act(self, obs: np.ndarray | torch.Tensor, sample: bool = False) -> np.ndarray:
+        """One observation (*obs_shape) -> the exploration actor's action in [-1, 1] (its mean, or a sample)."""
+        obs = self._tensor(obs)
+        if obs.ndim != len(self.obs_shape):
+            raise ConfigError(f"an observation of shape {tuple(obs.shape)}: act() takes one observation "
+                              f"{self.obs_shape}")
+        return self.agent.act(self._batch(obs)[0], sample)
 
-    def _batch(self, obs: np.ndarray | torch.Tensor) -> torch.Tensor:
-        obs = torch.as_tensor(obs, device=self.device)
+    def _tensor(self, obs: np.ndarray | torch.Tensor) -> torch.Tensor:
+        """`obs` as a tensor on the snapshot's device; `ConfigError` for what is not an array of numbers."""
+        try:
+            return torch.as_tensor(obs, device=self.device)
+        except (TypeError, ValueError, RuntimeError) as error:
+            raise ConfigError(f"observations of type {type(obs).__name__}: expected an array of numbers "
+                              f"({first_line(error)})") from None
+
+    def _batch(self, obs: torch.Tensor) -> torch.Tensor:
         pixels = self.env_spec["obs_type"] == "pixels"
         if pixels and obs.dtype != torch.uint8 or not pixels and not obs.dtype.is_floating_point:
             expected = "uint8 pixels in [0, 255], as the environment renders them" if pixels else "float states"
@@ -83,17 +95,8 @@ def load_pretrained(path: str | Path, device: str | torch.device = "auto") -> Pr
     if isinstance(device, str):
         device = check_device(device)
     payload = load_snapshot(path)
-    saved = dict(payload["config"]["agent"])
-    cls = agent_class(saved.get("name", ""))
-    fields = {f.name for f in dataclasses.fields(cls.config_class)}
-    unknown = sorted(set(saved) - fields)
-    if unknown:
-        raise SnapshotError(f"snapshot {path}: its agent config has keys {', '.join(unknown)} that agent "
-                            f"{cls.name!r} does not know")
-    spec = payload["env_spec"]
-    agent = cls(spec["obs_type"], tuple(spec["obs_shape"]), tuple(spec["action_shape"]), cls.config_class(**saved),
-                device, "frozen")
+    agent = snapshot_agent(Path(path), payload, device)
     agent.load_pretrained(payload["agent"])
-    if not cls.loads_pretrained_actor:  # the snapshot's exploration actor, whatever the agent does downstream
+    if not agent.loads_pretrained_actor:  # the snapshot's exploration actor, whatever the agent does downstream
         agent.sac.actor.load_state_dict(payload["agent"]["actor"])
-    return Pretrained(agent, spec, payload["config"], int(payload["frames"]))
+    return Pretrained(agent, payload["env_spec"], payload["config"], int(payload["frames"]))

@@ -133,9 +133,10 @@ def _check_tasks(cfg: Config, command: str, has_pretraining: bool) -> None:
         except ValueError as error:
             raise ConfigError(str(error)) from None
     frame_stack = cfg.frame_stack if cfg.obs == "pixels" else 1
-    if cfg.replay_capacity <= frame_stack:
-        fail("replay_capacity", cfg.replay_capacity, f"more than the frame stack ({frame_stack}): a transition "
-             "needs its stacks in the buffer")
+    if cfg.replay_capacity < frame_stack + cfg.agent.batch_size:
+        fail("replay_capacity", cfg.replay_capacity, f"at least the frame stack plus one batch ({frame_stack} + "
+             f"agent.batch_size {cfg.agent.batch_size}): a transition needs its stacks in the buffer, and a smaller "
+             "buffer would hand every update the same few transitions")
     phases = {"pretrain_frames": command != "finetune" and pretrains(cfg),
               "finetune_frames": command != "pretrain"}
     for key in (key for key, runs in phases.items() if runs):

@@ -67,12 +67,13 @@ def test_an_installed_package_adds_its_agent_through_the_entry_point(tmp_path, o
 
 
 @pytest.mark.slow
-def test_a_toy_agent_pretrains_and_finetunes_through_the_commands(tmp_path):
+def test_a_toy_agent_pretrains_and_finetunes_through_the_commands(tmp_path, on_path):
     site, run_dir = install(tmp_path / "site"), tmp_path / "toy"
     assert_ok(run_toy(site, "train", "pretrain_frames=1000", "finetune_frames=1000", "agent.reward_scale=2.0",
                       run_dir=run_dir))
     header, rows = read_csv(run_dir / "pretrain" / "train.csv")
     assert "intr_reward_mean" in header and float(rows[-1]["intr_reward_mean"]) > 0  # its declared metric
+    on_path(site)  # reading a snapshot checks it against its agent: installed here too
     snapshot = load_snapshot(run_dir / "pretrain" / "snapshots" / "snapshot_1000.pt")
     assert snapshot["config"]["agent"]["name"] == "toy" and snapshot["config"]["agent"]["reward_scale"] == 2.0
     assert all(torch.is_tensor(v) for v in snapshot["agent"]["encoder"].values())

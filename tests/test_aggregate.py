@@ -413,3 +413,5 @@ def test_a_run_still_pretraining_is_named_as_such_not_as_a_run_without_the_phase
     summary = (tmp_path / "out" / "summary.txt").read_text()
     assert f"pre-training running or stopped, no downstream phase yet: {pretraining}" in summary
     assert f"run without such a phase: {pretrained}" in summary
+    assert "all complete" not in summary  # the run still pre-training is not complete
+    assert f"    {pretraining}: pre-training running or stopped, no downstream phase yet" in summary

@@ -46,6 +46,7 @@ def test_defaults_are_valid():
         (make_config(seed_transitions=-1), "pretrain", "seed_transitions"),
         (make_config(pretrain_frames=0), "pretrain", "pretrain_frames"),
         (make_config(replay_capacity=0), "pretrain", "replay_capacity"),
+        (make_config({"batch_size": 32}, replay_capacity=10), "pretrain", "agent.batch_size 32"),
         (make_config(snapshot_at_frames=[1000, 0]), "pretrain", "snapshot_at_frames"),
         (make_config(threads=0), "pretrain", "threads"),
         (make_config(image_size=8), "pretrain", "image_size"),

@@ -89,3 +89,29 @@ def test_load_pretrained_refuses_what_it_cannot_use_in_one_line(pixel_snapshot, 
     with pytest.raises(ProtorlError, match=re.escape(fragment)) as error:
         protorl.load_pretrained(pixel_snapshot if path == "PATH" else path, device=device)
     assert "\n" not in str(error.value)
+
+
+@pytest.mark.parametrize("call, obs, fragment", [
+    ("encode", [[0.0] * 4], "expects uint8 pixels"),  # a list, of floats
+    ("encode", "frames", "expected an array of numbers"),
+    ("encode", None, "expected an array of numbers"),
+    ("act", np.zeros(3, dtype=np.uint8), "act() takes one observation (9, 32, 32)"),
+    ("act", np.zeros((2, 9, 32, 32), dtype=np.uint8), "act() takes one observation (9, 32, 32)"),
+])
+def test_observations_it_cannot_use_are_one_line(pixel_snapshot, call, obs, fragment):
+    pretrained = protorl.load_pretrained(pixel_snapshot, device="cpu")
+    with pytest.raises(ConfigError, match=re.escape(fragment)) as error:
+        getattr(pretrained, call)(obs)
+    assert "\n" not in str(error.value)
+
+
+def test_encode_takes_a_list(tmp_path):
+    """A nested list of numbers is an observation like an array (from states: floats)."""
+    agent = tiny_agent("proto", "pretrain", seed=0, obs_type="states", obs_shape=(4,))
+    spec = {"domain": "point_mass", "obs_type": "states", "obs_shape": [4],
+            "action_shape": list(POINT_MASS_ACTION_SHAPE), "action_repeat": 2}
+    path = save_snapshot(tmp_path / "s.pt", agent.snapshot_state(), spec, {"agent": dataclasses.asdict(agent.cfg)}, 10)
+    pretrained = protorl.load_pretrained(path, device="cpu")
+    obs = [[0.1, -0.2, 0.3, 0.0]]
+    assert torch.equal(pretrained.encode(obs), pretrained.encode(np.asarray(obs, dtype=np.float32)))
+    assert pretrained.act(obs[0]).shape == POINT_MASS_ACTION_SHAPE

@@ -49,6 +49,8 @@ def test_train_runs_both_phases_and_keeps_the_run_directory_contract(tmp_path):
 def test_bad_input_raises_one_clear_error_and_writes_nothing(tmp_path):
     with pytest.raises(ConfigError, match="unknown config key bogus"):
         protorl.train(tiny(tmp_path / "a"), bogus=1)
+    with pytest.raises(ConfigError, match="config='x': expected a protorl.config.Config"):
+        protorl.train("x", run_dir=str(tmp_path / "x"))
     with pytest.raises(ConfigError, match="run_dir is required"):
         protorl.pretrain(dataclasses.replace(Config(), agent=ProtoConfig()))
     with pytest.raises(ConfigError, match="agent.knn_k"):

@@ -109,14 +109,21 @@ def test_a_config_yaml_cut_short_is_refused_not_ignored(straight, tmp_path):
     assert tree(run_dir) == before
 
 
-def test_an_unreadable_result_json_reruns_the_phase(straight, tmp_path):
-    """A result.json that is not whole does not mark the phase complete: the rerun trains it again, with fresh
-    logs, to the straight run's rows."""
+@pytest.mark.parametrize("damage", ["emptied", "changed"])
+def test_an_unreadable_or_changed_result_json_reruns_the_phase(straight, tmp_path, damage):
+    """A result.json that is not whole, or that no longer matches its digest, does not mark the phase complete:
+    the rerun trains it again, with fresh logs, to the straight run's rows."""
     run_dir = copy_of(straight, tmp_path)
-    (run_dir / "pretrain" / "result.json").write_text("")
+    path = run_dir / "pretrain" / "result.json"
+    text = path.read_text()
+    changed = text.replace('"episodes": 4,', '"episodes": 5,')
+    assert changed != text
+    path.write_text("" if damage == "emptied" else changed)
     result = run("pretrain", *RUN, run_dir=run_dir)
     assert_ok(result)
-    assert "cannot be read: taking the phase as not complete" in result.stderr + result.stdout
+    reason = "its content does not match the digest written with it" if damage == "changed" else "Expecting value"
+    assert f"cannot be read ({reason}" in result.stderr + result.stdout
+    assert "taking the phase as not complete" in result.stderr + result.stdout
     same_logs(run_dir, straight)
     assert json.loads((run_dir / "pretrain" / "result.json").read_text())["frames"] == 4000
 
@@ -256,7 +263,7 @@ def test_an_unreadable_newest_checkpoint_falls_back_to_the_one_before(straight, 
     result = run("pretrain", *RUN, run_dir=run_dir)
     assert_ok(result)
     output = result.stderr + result.stdout
-    assert "moving it aside (.unreadable) and resuming from the checkpoint before it" in output
+    assert "moving it aside (.unreadable), resuming from the checkpoint before it" in output
     assert newest.name in output and newest.with_suffix(".pt.unreadable").is_file()
     same_logs(run_dir, straight)
 

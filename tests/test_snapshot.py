@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import dataclasses
+import hashlib
+import logging
 import os
 import pickle
 import re
+import zipfile
 
 import pytest
 import torch
@@ -21,9 +25,9 @@ def agent_state(build_agent, replay):
 
 
 @pytest.fixture
-def saved(tmp_path, agent_state, point_mass_spec):
+def saved(tmp_path, agent_state, point_mass_spec, tiny_cfg):
     config = {"env": "point_mass_easy", "seed": 1, "camera_id": None, "snapshot_at_frames": [100, 200],
-              "agent": {"batch_size": 8, "lr": 1e-4}}
+              "agent": dataclasses.asdict(tiny_cfg)}
     path = save_snapshot(tmp_path / "snaps" / "snapshot_100.pt", agent_state, point_mass_spec, config, 100)
     return path, agent_state, point_mass_spec, config
 
@@ -58,10 +62,10 @@ def test_round_trip(saved, build_agent):
 
 
 def test_save_overwrites_atomically(saved, agent_state, point_mass_spec):
-    path, *_ = saved
-    save_snapshot(path, agent_state, point_mass_spec, {"second": True}, 200)
+    path, _, _, config = saved
+    save_snapshot(path, agent_state, point_mass_spec, {**config, "second": True}, 200)
     payload = load_snapshot(path)
-    assert payload["frames"] == 200 and payload["config"] == {"second": True}
+    assert payload["frames"] == 200 and payload["config"] == {**config, "second": True}
     assert sorted(p.name for p in path.parent.iterdir()) == [path.name]
 
 
@@ -175,3 +179,59 @@ def test_incomplete_snapshot_is_refused(tmp_path, point_mass_spec):
     torch.save({"format_version": FORMAT_VERSION, "frames": 3}, path)
     with pytest.raises(SnapshotError, match=re.escape(str(path))):
         load_snapshot(path, env_spec=point_mass_spec)
+
+
+def test_a_snapshot_carries_the_digest_of_its_content_and_older_readers_still_read_it(saved):
+    """The digest is the archive's zip comment, the SHA-256 of every byte before it: any zip reader shows it, and
+    `torch.load`, as protorl 0.2.0 reads snapshots, ignores it."""
+    path, agent_state, *_ = saved
+    data = path.read_bytes()
+    comment = zipfile.ZipFile(path).comment
+    assert comment == b"protorl sha256 " + hashlib.sha256(data[: -len(comment)]).hexdigest().encode()
+    assert load_snapshot(path)["sha256"] == comment.decode().removeprefix("protorl sha256 ")
+    _assert_state_equal(agent_state, torch.load(path, weights_only=True)["agent"], "agent")
+
+
+def test_a_snapshot_written_before_digests_loads_with_a_note(saved, tmp_path, caplog):
+    path, agent_state, *_ = saved
+    older = tmp_path / "older.pt"
+    torch.save(torch.load(path, weights_only=True), older)  # what protorl 0.2.0 wrote: no digest
+    with caplog.at_level(logging.WARNING, logger="protorl"):
+        payload = load_snapshot(older)
+        load_snapshot(older)
+    _assert_state_equal(agent_state, payload["agent"], "agent")
+    assert payload["sha256"] == hashlib.sha256(older.read_bytes()).hexdigest()
+    notes = [record.getMessage() for record in caplog.records if "cannot be verified" in record.getMessage()]
+    assert len(notes) == 1 and str(older) in notes[0]  # once per file
+
+
+@pytest.mark.parametrize("change, fragment", [
+    (lambda p: p.update(agent={}, env_spec={}, config={}, frames=0), "its env_spec has no domain"),
+    (lambda p: p["config"].pop("agent"), "its config names no agent"),
+    (lambda p: p["config"]["agent"].update(name="nope"), "pre-trained by agent 'nope', which is not installed"),
+    (lambda p: p["config"]["agent"].update(feature_dim="wide"), "its agent cannot be built"),
+    (lambda p: p.update(frames="many"), "its frames 'many' not a frame count"),
+    (lambda p: p["agent"].pop("head"), "agent.head is missing"),
+    (lambda p: p["agent"]["encoder"].update(extra=torch.zeros(1)), "agent.encoder.extra is not the agent's"),
+    (lambda p: p["agent"]["queue"].update(size=1.5), "agent.queue.size is of type float, not int"),
+    (lambda p: p["agent"]["actor"].update({name: torch.zeros(3, dtype=torch.float64)
+                                          for name in list(p["agent"]["actor"])[:1]}),
+     "agent.actor.trunk.0.weight is (3,) float64, not ("),
+])
+def test_a_snapshot_lacking_what_its_agent_needs_is_refused_in_one_line(saved, tmp_path, change, fragment):
+    path, *_ = saved
+    payload = torch.load(path, weights_only=True)
+    change(payload)
+    broken = tmp_path / "broken.pt"
+    save_snapshot(broken, payload["agent"], payload["env_spec"], payload["config"], payload["frames"])
+    with pytest.raises(SnapshotError, match=re.escape(fragment)) as error:
+        load_snapshot(broken)
+    assert str(broken) in str(error.value) and "\n" not in str(error.value)
+
+
+def test_a_file_that_is_not_a_snapshot_is_named_for_what_it_is(tmp_path):
+    text = tmp_path / "notes.pt"
+    text.write_text("hello\n")
+    with pytest.raises(SnapshotError, match=re.escape(f"snapshot {text}: not a whole protorl snapshot (cut short, "
+                                                      "or not a file protorl wrote)")):
+        load_snapshot(text)

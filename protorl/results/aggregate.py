@@ -129,12 +129,13 @@ def curve_panel(task: str, complete: list[Record], colors: dict[str, str], ylabe
     return Panel(task, ylabel, curves, levels)
 
 
-def _without_records(run_dir: Path) -> str:
-    """Why a run has no record: its pre-training is still running (or stopped), or it has no such phase."""
+PRETRAINING_UNFINISHED = "pre-training running or stopped, no downstream phase yet"
+
+
+def _pretraining_unfinished(run_dir: Path) -> bool:
+    """Whether the run's pre-training has started and not completed."""
     pretrain = run_dir / PRETRAIN_DIR
-    if pretrain.is_dir() and not is_complete(pretrain):
-        return "pre-training running or stopped, no downstream phase yet"
-    return "run without such a phase"
+    return pretrain.is_dir() and not is_complete(pretrain)
 
 
 def stopped_jobs(paths: list[Path], records: list) -> list[str]:
@@ -185,10 +186,13 @@ def aggregate_runs(paths: list[Path], out: Path, group_by: list[str], reps: int 
              f"of {metric.label} ({len(complete)} complete)",
              f"  methods: {', '.join(sorted({r.method for r in records})) or 'none'}",
              f"  tasks: {', '.join(sorted({r.task for r in records})) or 'none'}"]
-    lines += [f"  {_without_records(run)}: {run}" for run in runs if not any(run in r.path.parents
-                                                                             for r in records + duplicates)]
+    without = [run for run in runs if not any(run in r.path.parents for r in records + duplicates)]
+    unfinished = [run for run in without if _pretraining_unfinished(run)]
+    lines += [f"  {PRETRAINING_UNFINISHED if run in unfinished else 'run without such a phase'}: {run}"
+              for run in without]  # why a run has no record
     lines += [f"  duplicate ignored: {r.path}" for r in duplicates]
-    missing = not_complete(records) + stopped_jobs(paths, records)
+    missing = not_complete(records) + stopped_jobs(paths, records) + [f"{run}: {PRETRAINING_UNFINISHED}"
+                                                                      for run in unfinished]
     lines.append(f"  not complete ({len(missing)} of methods x tasks x seeds):" if missing else "  all complete")
     lines += [f"    {line}" for line in missing]
     written = []

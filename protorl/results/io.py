@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import csv
-import json
 from pathlib import Path
 
 from protorl.errors import ResultsError
+from protorl.storage.digests import unsealed_record
 from protorl.storage.layout import RESULT_FILE
 
 Rows = list[dict[str, float]]
@@ -43,11 +43,12 @@ def series(rows: Rows, key: str) -> tuple[list[float], list[float]]:
 
 
 def read_result(phase: Path) -> dict | None:
-    """The phase's `result.json`, written when it completed; None if it has none or one not written whole."""
+    """The phase's `result.json`, written when it completed; None if it has none, or one not written whole or
+    changed since (it does not match its digest)."""
     path = phase / RESULT_FILE
     if not path.is_file():
         return None
     try:
-        return json.loads(path.read_text())
+        return unsealed_record(path.read_text())
     except ValueError:  # as `PhaseResult.load`: a phase not known to be complete
         return None

@@ -1,20 +1,26 @@
-"""Safe files: atomic writes with a free-disk check, and reads that never run pickled code.
+"""Safe files: atomic writes with a free-disk check, and reads that verify what they read and never run pickled code.
 
 Snapshots (what fine-tuning needs), checkpoints (everything needed to resume a phase exactly), `config.yaml` and
 `result.json` are all written here: to a temporary file renamed into place, so a killed write leaves the old file
-or none. `safe_load` reads tensors and plain data only.
+or none. Snapshots and checkpoints carry the digest of their content (`protorl.storage.digests`); `safe_load`
+checks it and reads tensors and plain data only.
 """
 
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
+import pickle
 import shutil
 from pathlib import Path
 
 import torch
 
-from protorl.errors import CheckpointError, ProtorlError, UnreadableFileError
+from protorl.errors import CheckpointError, ProtorlError, UnreadableFileError, first_line
+from protorl.storage.digests import archive_digest, seal_archive
+
+log = logging.getLogger("protorl")
 
 # the free space a write needs: the file's estimated size times this, plus FREE_SPACE_SLACK_BYTES
 FREE_SPACE_FACTOR = 1.1
@@ -33,7 +39,8 @@ def payload_bytes(payload) -> int:
 
 
 def atomic_save(payload: dict, path: Path) -> Path:
-    """Write `payload` to `path` via a temporary file, fsync and rename; check free disk first.
+    """Write `payload` with the digest of its content to `path` via a temporary file, fsync and rename; check free
+    disk first.
 
     The check asks for the payload's size times `FREE_SPACE_FACTOR` plus `FREE_SPACE_SLACK_BYTES`. Any write
     error (a full disk, a read-only directory) becomes one `CheckpointError` naming the file and the cause;
@@ -47,8 +54,9 @@ def atomic_save(payload: dict, path: Path) -> Path:
         if free < needed:
             raise CheckpointError(f"cannot write {path}: it needs about {needed / 2**20:.0f} MiB and only "
                                   f"{free / 2**20:.0f} MiB are free on that disk")
-        with open(tmp, "wb") as f:
+        with open(tmp, "w+b") as f:
             torch.save(payload, f)
+            seal_archive(f)
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, path)
@@ -76,23 +84,43 @@ def write_text_atomic(path: Path, text: str) -> Path:
     return path
 
 
-def safe_load(path: str | Path, what: str, error: type[ProtorlError]) -> dict:
-    """Read a file written by `atomic_save` without executing pickled code; `what` names it in errors, which are
-    `error` (`UnreadableFileError` for a file that is not whole)."""
+def safe_load(path: str | Path, what: str, error: type[ProtorlError], mmap: bool = False) -> tuple[dict, str | None]:
+    """Read a file written by `atomic_save`, checked against its digest, without executing pickled code; returns
+    its payload and its digest (None, with a warning, for a file written before digests existed). `what` names it
+    in errors, which are `error` (`UnreadableFileError` for a file that is not whole or not as it was written).
+
+    `mmap`: the payload's tensors map the file (`torch.load(mmap=True)`: privately, copy on write) instead of
+    being read into memory. For a payload that the caller copies out at once (a checkpoint), this spares the copy
+    `torch.load` would make, about what checking the digest costs."""
     path = Path(path)
     if path.is_dir():
         raise error(f"{what} {path}: a directory, not a file")
     if not path.is_file():
         raise error(f"{what} {path}: no such file")
     try:
-        payload = torch.load(path, map_location="cpu", weights_only=True)
-    except (MemoryError, InterruptedError):  # the machine's trouble, not the file's
+        with open(path, "rb") as file:
+            digest = archive_digest(file, path, what)
+        payload = torch.load(path, map_location="cpu", weights_only=True, mmap=mmap)
+    except (MemoryError, InterruptedError, ProtorlError):  # the machine's trouble, or said already
         raise
+    except OSError as cause:
+        raise error(f"{what} {path}: cannot be read ({cause.strerror or cause})") from None
+    except pickle.UnpicklingError:  # torch's advice to load it unsafely is not for protorl's files
+        raise UnreadableFileError(f"{what} {path}: holds something other than tensors and plain data (objects "
+                                  "whose loading could run code, or a corrupted file): refused") from None
     except Exception as cause:  # torch raises many types for corrupt, truncated or unsafe files
-        raise UnreadableFileError(f"{what} {path}: cannot be read as a protorl {what} ({cause})") from None
+        raise UnreadableFileError(f"{what} {path}: cannot be read as a protorl {what} "
+                                  f"({first_line(cause)})") from None
     if not isinstance(payload, dict):
         raise error(f"{what} {path}: not a protorl {what}")
-    return payload
+    if digest is None and path.resolve() not in _unverified:
+        _unverified.add(path.resolve())
+        log.warning("%s %s was written without a digest (by protorl 0.2.0 or earlier): it is read, but its "
+                    "content cannot be verified", what, path)
+    return payload, digest
+
+
+_unverified: set[Path] = set()  # the files without a digest that this process has warned about
 
 
 def remove_partial_writes(directory: Path) -> None:

@@ -45,7 +45,10 @@ def drop_checkpoints(directory: Path) -> None:
 
 
 def load_checkpoint(path: Path) -> dict:
-    payload = safe_load(path, "checkpoint", CheckpointError)
+    """The contents of a checkpoint, checked against its digest, its tensors mapping the file (a resume copies
+    them into the trainer at once); `CheckpointError` (`UnreadableFileError` for a file that is not as it was
+    written) otherwise."""
+    payload, _ = safe_load(path, "checkpoint", CheckpointError, mmap=True)
     if payload.get("checkpoint_version") != CHECKPOINT_VERSION:
         raise CheckpointError(f"checkpoint {path}: not a protorl checkpoint of version {CHECKPOINT_VERSION} (found "
                               f"{payload.get('checkpoint_version')!r}, e.g. from an older protorl); start over with "
@@ -54,15 +57,15 @@ def load_checkpoint(path: Path) -> dict:
 
 
 def load_newest_checkpoint(directory: Path) -> tuple[Path, dict] | None:
-    """The newest intact checkpoint in `directory` and its contents, or None if there is none. An unreadable
-    newest one (e.g. cut short by a full disk) is moved aside (`.unreadable`) with a warning and the one before it
-    used; `UnreadableFileError` if none before it is left."""
+    """The newest intact checkpoint in `directory` and its contents, or None if there is none. One that is not
+    as it was written (cut short by a full disk, corrupted since) is moved aside (`.unreadable`) with a warning and
+    the one before it is tried; None once none is left, so that the phase starts again."""
     for path in reversed(list_checkpoints(directory)):
         try:
             return path, load_checkpoint(path)
         except UnreadableFileError as error:
-            if not list_checkpoints(directory)[:-1]:
-                raise
-            log.warning("%s; moving it aside (.unreadable) and resuming from the checkpoint before it", error)
+            fallback = "resuming from the checkpoint before it" if list_checkpoints(directory)[:-1] else \
+                "no checkpoint is left before it: the phase starts again"
+            log.warning("%s; moving it aside (.unreadable), %s", error, fallback)
             path.rename(path.with_suffix(".pt.unreadable"))
     return None

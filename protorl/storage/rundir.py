@@ -25,7 +25,7 @@ from omegaconf import OmegaConf
 
 from protorl.agents import agent_class
 from protorl.config import Config, downstream_tasks
-from protorl.errors import ConfigError
+from protorl.errors import ConfigError, first_line
 from protorl.storage.layout import (
     CONFIG_FILE,
     DOWNSTREAM_DIR,
@@ -93,30 +93,33 @@ def claim_run_dir(cfg: Config) -> Path:
 def check_run_dir(cfg: Config) -> None:
     """Raise `RunDirError` if `claim_run_dir(cfg)` would be refused now; leaves nothing behind and locks nothing."""
     run_dir = Path(cfg.run_dir).resolve()
-    existing = next(path for path in (run_dir, *run_dir.parents) if path.is_dir())  # where it will be created
     try:
+        existing = next(path for path in (run_dir, *run_dir.parents) if path.is_dir())  # where it will be created
         with tempfile.TemporaryFile(dir=existing):
             pass
-    except OSError as error:
+        _check_not_busy(run_dir)
+    except OSError as error:  # e.g. a name longer than the file system allows, a read-only disk
         raise RunDirError(f"cannot write to run directory {run_dir}: {error.strerror or error}") from None
-    lock = run_dir / LOCK_FILE
-    if lock.is_file():
-        try:
-            fd = os.open(lock, os.O_RDONLY)
-        except OSError as error:
-            raise RunDirError(f"cannot write to run directory {run_dir}: {error.strerror or error}") from None
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            fcntl.flock(fd, fcntl.LOCK_UN)
-        except BlockingIOError:
-            holder = os.pread(fd, 64, 0).decode(errors="replace").strip() or "?"
-            raise RunDirError(f"run directory {run_dir} is in use by process {holder} (its lock {lock}); wait for "
-                              "it to end, or choose another hydra.run.dir") from None
-        except OSError:
-            pass  # a file system without locks: claim_run_dir warns
-        finally:
-            os.close(fd)
     _check_contract(run_dir, cfg, delete=False)
+
+
+def _check_not_busy(run_dir: Path) -> None:
+    """`RunDirError` if another process holds the lock of `run_dir`."""
+    lock = run_dir / LOCK_FILE
+    if not lock.is_file():
+        return
+    fd = os.open(lock, os.O_RDONLY)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        fcntl.flock(fd, fcntl.LOCK_UN)
+    except BlockingIOError:
+        holder = os.pread(fd, 64, 0).decode(errors="replace").strip() or "?"
+        raise RunDirError(f"run directory {run_dir} is in use by process {holder} (its lock {lock}); wait for "
+                          "it to end, or choose another hydra.run.dir") from None
+    except OSError:
+        pass  # a file system without locks: claim_run_dir warns
+    finally:
+        os.close(fd)
 
 
 def release_run_dir(run_dir: Path) -> None:
@@ -139,7 +142,7 @@ def saved_config(run_dir: Path) -> Config:
         agent_schema = OmegaConf.structured(agent_class(str(saved.agent.name)).config_class)  # the agent's own keys
         return OmegaConf.to_object(OmegaConf.merge(OmegaConf.structured(Config), {"agent": agent_schema}, saved))
     except Exception as error:  # unreadable, not YAML (e.g. cut short), or not this schema
-        raise RunDirError(f"{path}: cannot be read as a protorl config ({_first_line(error)})") from None
+        raise RunDirError(f"{path}: cannot be read as a protorl config ({first_line(error)})") from None
 
 
 def config_differences(saved: Config, wanted: Config) -> list[str]:
@@ -256,7 +259,3 @@ def _flatten(tree: dict, prefix: str = "") -> dict:
         else:
             flat[f"{prefix}{key}"] = value
     return flat
-
-
-def _first_line(error: BaseException) -> str:
-    return str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__

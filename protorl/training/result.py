@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-import json
 import logging
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from protorl.storage.atomic import write_text_atomic
+from protorl.storage.digests import sealed_record, unsealed_record
 from protorl.storage.layout import RESULT_FILE
 
 log = logging.getLogger("protorl")
@@ -25,22 +25,23 @@ class PhaseResult:
     snapshots: list[Path] = field(default_factory=list)
 
     def save(self) -> Path:
-        """Write `result.json` into the phase directory. Paths in it are relative to the phase directory, so a
-        copied or moved run directory stays whole."""
+        """Write `result.json`, with the digest of its content, into the phase directory. Paths in it are relative
+        to the phase directory, so a copied or moved run directory stays whole."""
         path = self.out_dir / RESULT_FILE
         data = {**asdict(self), "out_dir": ".", "snapshots": [_relative(p, self.out_dir) for p in self.snapshots]}
-        return write_text_atomic(path, json.dumps(data, indent=1))
+        return write_text_atomic(path, sealed_record(data))
 
     @classmethod
     def load(cls, out_dir: Path) -> PhaseResult | None:
-        """The result of a completed phase in `out_dir`, or None if it has not completed."""
+        """The result of a completed phase in `out_dir`, or None if it has not completed (or its `result.json` is
+        not as it was written: then the phase runs again)."""
         path = out_dir / RESULT_FILE
         if not path.exists():
             return None
         try:
-            data = json.loads(path.read_text())
-        except ValueError:  # not written whole (by an older protorl): the phase is not known to be complete
-            log.warning("%s cannot be read: taking the phase as not complete", path)
+            data = unsealed_record(path.read_text())
+        except ValueError as error:  # not written whole (by an older protorl), or changed since
+            log.warning("%s cannot be read (%s): taking the phase as not complete", path, error)
             return None
         data.update(out_dir=out_dir, snapshots=[_inside(p, out_dir) for p in data["snapshots"]],
                     eval_rewards=[tuple(pair) for pair in data["eval_rewards"]])
