@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import ctypes
-import os
 import random
 import re
 import sys
@@ -75,19 +74,12 @@ def tune_malloc() -> bool:
 def prepare_process(cfg: Config) -> torch.device:
     """Process-wide settings for a run: threads, allocator tuning, cuDNN's algorithm search; returns the device.
 
-    With `threads=1` (one core per run, as a sweep's jobs side by side use them), MuJoCo's software renderer on a
-    machine without a GPU (Mesa's llvmpipe) draws each frame on the calling thread instead of handing it to threads
-    of its own that wait for the cores the other jobs use: the same pixels, ~1.3x faster renders beside a busy core
-    (docs/benchmarks). It applies to rendering contexts made after this call; `LP_NUM_THREADS` set by the user wins.
-
     On CUDA, `cudnn_benchmark` lets cuDNN time its convolution algorithms once per input shape and keep the
     fastest: every update has the same shapes. The algorithm it picks may differ between runs."""
     if cfg.fast_malloc:
         tune_malloc()
     if cfg.threads is not None:
         torch.set_num_threads(cfg.threads)
-    if cfg.threads == 1:
-        os.environ.setdefault("LP_NUM_THREADS", "0")
     device = resolve_device(cfg.device)
     if device.type == "cuda":
         torch.backends.cudnn.benchmark = cfg.cudnn_benchmark

@@ -197,31 +197,3 @@ def test_replay_rebuilds_the_env_observations():
     batch = replay.sample(64)
     for obs, next_obs in zip(batch.obs.numpy(), batch.next_obs.numpy(), strict=True):
         assert next_obs.tobytes() in successors[obs.tobytes()]
-
-
-RENDER_FRAMES = """
-import hashlib, sys
-import numpy as np
-from protorl.config import Config
-from protorl.envs import DMCEnv
-from protorl.runtime import prepare_process
-prepare_process(Config(threads=int(sys.argv[1]), run_dir="unused"))
-import os
-env, rng, digest = DMCEnv("point_mass_maze_explore", seed=2), np.random.default_rng(0), hashlib.sha256()
-digest.update(env.reset().frame.tobytes())
-for _ in range(20):
-    digest.update(env.step(rng.uniform(-1, 1, env.action_shape)).frame.tobytes())
-print(os.environ.get("LP_NUM_THREADS"), digest.hexdigest())
-"""
-
-
-@pytest.mark.slow
-def test_one_thread_runs_render_on_their_own_thread_with_the_same_pixels():
-    import subprocess
-    import sys
-
-    env = {k: v for k, v in os.environ.items() if k != "LP_NUM_THREADS"}
-    out = {threads: subprocess.run([sys.executable, "-c", RENDER_FRAMES, str(threads)], env=env, check=True,
-                                   capture_output=True, text=True).stdout.split() for threads in (1, 2)}
-    assert out[1][0] == "0" and out[2][0] == "None"  # the renderer's own threads off for a one-thread run only
-    assert out[1][1] == out[2][1]  # the same frames either way
