@@ -160,6 +160,19 @@ def run(cfg: DictConfig, command: str) -> None:
         _exit_with(_one_line(error))
     except OSError as error:
         _exit_with(f"I/O error on {error.filename or 'a file of the run'}: {error.strerror or error}")
+    except KeyboardInterrupt as interrupt:
+        _exit_interrupted(interrupt)
+
+
+INTERRUPTED_STATUS = 130  # 128 + SIGINT, as shells report a command stopped by Ctrl-C
+
+
+def _exit_interrupted(interrupt: KeyboardInterrupt) -> None:
+    """One line saying where Ctrl-C stopped the run and how to resume it; exit status 130."""
+    where = str(interrupt) or ("interrupted; rerun the same command to resume: completed phases are kept and a "
+                               "phase resumes from its last checkpoint")
+    print(f"protorl: {where}", file=sys.stderr, flush=True)
+    sys.exit(INTERRUPTED_STATUS)
 
 
 def _sweep_jobs(config: DictConfig) -> list[list[str]] | None:
@@ -202,6 +215,8 @@ def _hydra_entry(main) -> None:
     os.environ["HYDRA_FULL_ERROR"] = "1"  # Hydra raises instead of printing its multi-line report
     try:
         main()
+    except KeyboardInterrupt as interrupt:  # before or after the run itself, e.g. while Hydra composes the config
+        _exit_interrupted(interrupt)
     except OverrideParseException as error:
         _exit_with(_unparsable(error.override, error.message))
     except (HydraException, OmegaConfBaseException) as error:
@@ -218,14 +233,14 @@ def _unparsable(override: str, message: str) -> str:
 
 def run_job(cfg: DictConfig, command: str) -> None:
     """`run`; in a sweep (-m), a job that stops with an error leaves its phases incomplete and lets the
-    other jobs run (the sweep's index lists it and the sweep exits non-zero)."""
+    other jobs run (the sweep's index lists it and the sweep exits non-zero); Ctrl-C stops the sweep."""
     from hydra.core.hydra_config import HydraConfig
     from hydra.types import RunMode
 
     try:
         run(cfg, command)
     except SystemExit as stop:
-        if not stop.code or HydraConfig.get().mode != RunMode.MULTIRUN:
+        if stop.code in (0, None, INTERRUPTED_STATUS) or HydraConfig.get().mode != RunMode.MULTIRUN:
             raise
         log.error("job %s stopped (exit status %s); the sweep goes on", HydraConfig.get().job.num, stop.code)
 

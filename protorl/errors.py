@@ -7,6 +7,8 @@
     │   └── UnreadableFileError   a checkpoint or snapshot file that is not whole
     ├── ResultsError              run or sweep directories that cannot be reported, analysed or aggregated
     └── TrainingDiverged          a loss or metric became NaN or infinite
+
+    RunInterrupted                Ctrl-C stopped a run (a KeyboardInterrupt, not an error)
 """
 
 from __future__ import annotations
@@ -38,6 +40,10 @@ class ResultsError(ProtorlError, ValueError):
 
 class TrainingDiverged(ProtorlError, RuntimeError):
     """A loss or metric became NaN or infinite; the message names it and the last good checkpoint."""
+
+
+class RunInterrupted(KeyboardInterrupt):
+    """Ctrl-C stopped a run; the message says at which frame, and which checkpoint a rerun resumes from."""
 
 
 def first_line(error: BaseException) -> str:
