@@ -56,7 +56,7 @@ def checked_config(cfg: DictConfig, command: str, overrides: Sequence[str] = ())
 
 
 def _checked(cfg: DictConfig, command: str, overrides: Sequence[str],
-             memory: bool = True) -> tuple[Config, dict | None]:
+             resources: bool = True) -> tuple[Config, dict | None]:
     from protorl.commands import check
 
     unknown = _unknown_keys(cfg, Config)
@@ -64,7 +64,7 @@ def _checked(cfg: DictConfig, command: str, overrides: Sequence[str],
         raise ConfigError(f"unknown config key {', '.join(unknown)}: not a protorl setting (protorl/config.py)")
     config: Config = OmegaConf.to_object(OmegaConf.merge(OmegaConf.structured(Config), cfg))
     named = [override.split("=", 1)[0].lstrip("+~") for override in overrides]
-    return check(config, command, named, memory=memory)
+    return check(config, command, named, resources=resources)
 
 
 def _unknown_keys(node: DictConfig, schema: type, prefix: str = "") -> list[str]:
@@ -97,7 +97,7 @@ class ValidateBeforeRun(Callback):
         loader, errors = GlobalHydra.instance().config_loader(), []
         try:
             for num, overrides in enumerate(jobs):
-                try:  # the memory a job needs is checked when it starts, next to what is free then
+                try:  # the memory and time a job needs are checked when it starts, on the machine it runs on
                     job = loader.load_sweep_config(config, overrides)
                     with open_dict(job):
                         job.hydra.job.num, job.hydra.job.id = num, f"{job.hydra.job.name}_{num}"
@@ -105,7 +105,7 @@ class ValidateBeforeRun(Callback):
                     run_dir = str(Path(job.hydra.sweep.dir) / job.hydra.sweep.subdir)
                     keys = [key for key in job if key not in ("hydra", "run_dir")]
                     checked, _ = _checked(OmegaConf.merge(OmegaConf.masked_copy(job, keys), {"run_dir": run_dir}),
-                                          job.hydra.job.name, overrides, memory=False)
+                                          job.hydra.job.name, overrides, resources=False)
                     check_run_dir(checked)
                 except (HydraException, *_USER_ERRORS) as error:  # Hydra's own: an unknown option, for one
                     errors.append(f"job {num} ({' '.join(overrides)}): {_one_line(error)}")
