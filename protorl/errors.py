@@ -13,6 +13,9 @@
 
 from __future__ import annotations
 
+import difflib
+from collections.abc import Iterable
+
 
 class ProtorlError(Exception):
     """An error the user can fix; the message names what is wrong and what to change."""
@@ -44,6 +47,12 @@ class TrainingDiverged(ProtorlError, RuntimeError):
 
 class RunInterrupted(KeyboardInterrupt):
     """Ctrl-C stopped a run; the message says at which frame, and which checkpoint a rerun resumes from."""
+
+
+def did_you_mean(name: str, options: Iterable[str]) -> str:
+    """" (did you mean X?)" naming the options closest to a mistyped `name`; "" if none is close."""
+    close = difflib.get_close_matches(name, list(options), n=3, cutoff=0.8)
+    return f" (did you mean {' or '.join(close)}?)" if close else ""
 
 
 def first_line(error: BaseException) -> str:
