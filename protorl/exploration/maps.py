@@ -124,8 +124,8 @@ def render_map(counts: np.ndarray, spec: CoverageSpec, walls: list[Bounds], prot
         axes[1].set_title("its exploration reward: none yet (too few candidates)")
     elif reward is not None:
         image = axes[1].imshow(reward.T, origin="lower", extent=extent, cmap="magma", interpolation="nearest")
-        fig.colorbar(image, ax=axes[1], label="intrinsic reward (higher: less explored)")
-        axes[1].set_title("the exploration reward it would get now\n(k-NN reward of the point at rest there)")
+        fig.colorbar(image, ax=axes[1], label="k-NN reward of the point at rest there\n(higher: less explored)")
+        axes[1].set_title("the exploration reward it would get now")
     for ax in axes:
         _draw_walls_and_marks(ax, walls, marks or Landmarks())
         ax.set(xlim=extent[:2], ylim=extent[2:], xlabel=f"{spec.labels[0]} (m)", ylabel=f"{spec.labels[1]} (m)",
