@@ -21,14 +21,14 @@ from pathlib import Path
 
 import hydra
 from hydra.core.config_store import ConfigStore
-from hydra.errors import HydraException
+from hydra.errors import HydraException, MissingConfigException
 from hydra.experimental.callback import Callback
 from omegaconf import DictConfig, OmegaConf, open_dict
 from omegaconf.errors import OmegaConfBaseException
 
 from protorl.agents import BUILT_IN, registered_agents
 from protorl.config import Config, ConfigError
-from protorl.errors import ProtorlError
+from protorl.errors import ProtorlError, did_you_mean
 
 log = logging.getLogger("protorl")
 _USER_ERRORS = (ProtorlError, ValueError, OmegaConfBaseException)  # a config the user can fix
@@ -56,7 +56,7 @@ def checked_config(cfg: DictConfig, command: str, overrides: Sequence[str] = ())
 
 
 def _checked(cfg: DictConfig, command: str, overrides: Sequence[str],
-             memory: bool = True) -> tuple[Config, dict | None]:
+             resources: bool = True) -> tuple[Config, dict | None]:
     from protorl.commands import check
 
     unknown = _unknown_keys(cfg, Config)
@@ -64,7 +64,7 @@ def _checked(cfg: DictConfig, command: str, overrides: Sequence[str],
         raise ConfigError(f"unknown config key {', '.join(unknown)}: not a protorl setting (protorl/config.py)")
     config: Config = OmegaConf.to_object(OmegaConf.merge(OmegaConf.structured(Config), cfg))
     named = [override.split("=", 1)[0].lstrip("+~") for override in overrides]
-    return check(config, command, named, memory=memory)
+    return check(config, command, named, resources=resources)
 
 
 def _unknown_keys(node: DictConfig, schema: type, prefix: str = "") -> list[str]:
@@ -97,7 +97,7 @@ class ValidateBeforeRun(Callback):
         loader, errors = GlobalHydra.instance().config_loader(), []
         try:
             for num, overrides in enumerate(jobs):
-                try:  # the memory a job needs is checked when it starts, next to what is free then
+                try:  # the memory and time a job needs are checked when it starts, on the machine it runs on
                     job = loader.load_sweep_config(config, overrides)
                     with open_dict(job):
                         job.hydra.job.num, job.hydra.job.id = num, f"{job.hydra.job.name}_{num}"
@@ -105,7 +105,7 @@ class ValidateBeforeRun(Callback):
                     run_dir = str(Path(job.hydra.sweep.dir) / job.hydra.sweep.subdir)
                     keys = [key for key in job if key not in ("hydra", "run_dir")]
                     checked, _ = _checked(OmegaConf.merge(OmegaConf.masked_copy(job, keys), {"run_dir": run_dir}),
-                                          job.hydra.job.name, overrides, memory=False)
+                                          job.hydra.job.name, overrides, resources=False)
                     check_run_dir(checked)
                 except (HydraException, *_USER_ERRORS) as error:  # Hydra's own: an unknown option, for one
                     errors.append(f"job {num} ({' '.join(overrides)}): {_one_line(error)}")
@@ -160,6 +160,19 @@ def run(cfg: DictConfig, command: str) -> None:
         _exit_with(_one_line(error))
     except OSError as error:
         _exit_with(f"I/O error on {error.filename or 'a file of the run'}: {error.strerror or error}")
+    except KeyboardInterrupt as interrupt:
+        _exit_interrupted(interrupt)
+
+
+INTERRUPTED_STATUS = 130  # 128 + SIGINT, as shells report a command stopped by Ctrl-C
+
+
+def _exit_interrupted(interrupt: KeyboardInterrupt) -> None:
+    """One line saying where Ctrl-C stopped the run and how to resume it; exit status 130."""
+    where = str(interrupt) or ("interrupted; rerun the same command to resume: completed phases are kept and a "
+                               "phase resumes from its last checkpoint")
+    print(f"protorl: {where}", file=sys.stderr, flush=True)
+    sys.exit(INTERRUPTED_STATUS)
 
 
 def _sweep_jobs(config: DictConfig) -> list[list[str]] | None:
@@ -194,18 +207,36 @@ def _one_line(error: BaseException) -> str:
     return ": ".join(parts) or type(error).__name__
 
 
-def _hydra_entry(main) -> None:
-    """Run a Hydra main function: Hydra's own user errors (an unknown key, a value of the wrong type, a missing
-    config group option, an unparsable override) end as one `protorl: error:` line, exit status 2."""
-    from hydra.errors import HydraException, OverrideParseException
+def _hydra_entry(main, command: str) -> None:
+    """Run the Hydra main function of `command`: `--help` prints `command_help`; Hydra's own user errors (an unknown
+    key, a value of the wrong type, a missing config group option, an unparsable override) end as one
+    `protorl: error:` line, exit status 2."""
+    from hydra.errors import OverrideParseException
+
+    if {"--help", "-h"} & set(sys.argv[1:]):
+        print(command_help(command))
+        return
 
     os.environ["HYDRA_FULL_ERROR"] = "1"  # Hydra raises instead of printing its multi-line report
     try:
         main()
+    except KeyboardInterrupt as interrupt:  # before or after the run itself, e.g. while Hydra composes the config
+        _exit_interrupted(interrupt)
     except OverrideParseException as error:
         _exit_with(_unparsable(error.override, error.message))
+    except MissingConfigException as error:  # e.g. agent=protoo: a config group has no such option
+        _exit_with(_missing_option(error))
     except (HydraException, OmegaConfBaseException) as error:
         _exit_with(_one_line(error))
+
+
+def _missing_option(error: MissingConfigException) -> str:
+    """A config group's unknown option (`group=name`) as one line: the options there are, and the closest."""
+    group, _, name = (error.missing_cfg_file or "").rpartition("/")
+    if not group or not error.options:
+        return _one_line(error)
+    options = error.options
+    return f"{group}={name}: no such {group}{did_you_mean(name, options)}; the {group}s are {', '.join(options)}"
 
 
 def _unparsable(override: str, message: str) -> str:
@@ -218,14 +249,14 @@ def _unparsable(override: str, message: str) -> str:
 
 def run_job(cfg: DictConfig, command: str) -> None:
     """`run`; in a sweep (-m), a job that stops with an error leaves its phases incomplete and lets the
-    other jobs run (the sweep's index lists it and the sweep exits non-zero)."""
+    other jobs run (the sweep's index lists it and the sweep exits non-zero); Ctrl-C stops the sweep."""
     from hydra.core.hydra_config import HydraConfig
     from hydra.types import RunMode
 
     try:
         run(cfg, command)
     except SystemExit as stop:
-        if not stop.code or HydraConfig.get().mode != RunMode.MULTIRUN:
+        if stop.code in (0, None, INTERRUPTED_STATUS) or HydraConfig.get().mode != RunMode.MULTIRUN:
             raise
         log.error("job %s stopped (exit status %s); the sweep goes on", HydraConfig.get().job.num, stop.code)
 
@@ -250,17 +281,76 @@ def _train(cfg: DictConfig) -> None:
 
 def pretrain() -> None:
     """protorl-pretrain: task-agnostic pre-training; writes snapshots for `protorl-finetune`."""
-    _hydra_entry(_pretrain)
+    _hydra_entry(_pretrain, "pretrain")
 
 
 def finetune() -> None:
     """protorl-finetune: downstream RL on a frozen pre-trained representation (needs snapshot=PATH)."""
-    _hydra_entry(_finetune)
+    _hydra_entry(_finetune, "finetune")
 
 
 def train() -> None:
     """protorl-train: pre-training then fine-tuning on `env`, as in the paper's protocol."""
-    _hydra_entry(_train)
+    _hydra_entry(_train, "train")
+
+
+# what each Hydra command does and the keys a user sets first (`--help`)
+COMMAND_HELP = {
+    "train": ("pre-training, then fine-tuning from its last snapshot, in one run directory. With no arguments it "
+              "runs the main job (preset=demo): Proto-RL in the paper's U-maze from states, minutes on a 2-core "
+              "CPU, its fine-tuning beside the same fine-tuning without pre-training.",
+              [("seed=N", "another seed of the same run (default 1)"),
+               ("preset=NAME", "the run's scale: demo (the main job), small (cartpole from pixels, minutes on a "
+                               "CPU), paper (the paper's settings: days on a CPU, hours on a GPU)"),
+               ("env=TASK", "the task, with preset=small or preset=paper (protorl-tasks lists them); the main "
+                            "job's preset names its own")]),
+    "pretrain": ("task-agnostic pre-training: exploration without reward, writing snapshots for protorl-finetune. "
+                 "With no arguments it runs the paper's settings (preset=paper: 500k frames from pixels at batch "
+                 "512), which a CPU runs in days: it says so before starting.",
+                 [("preset=small", "minutes on a CPU (cartpole from pixels, 4k frames)"),
+                  ("env=TASK", "the task whose world it explores (protorl-tasks lists them)"),
+                  ("agent=NAME", "the method (the agents are below): proto is Proto-RL, proto_paper Proto-RL as "
+                                 "published")]),
+    "finetune": ("downstream RL on a task, from a pre-training snapshot whose encoder, projector and prototypes "
+                 "stay frozen. It needs snapshot=PATH: with no arguments it names the commands that write one.",
+                 [("snapshot=PATH", "the snapshot: <run directory>/pretrain/snapshots/snapshot_<frames>.pt"),
+                  ("env=TASK", "the task, of the snapshot's domain (protorl-tasks lists them)"),
+                  ("preset=NAME", "the same preset as the pre-training: small, demo or paper (the default)")]),
+}
+HELP_GROUPS = {  # config group -> what choosing it does; the schema's and the presets' own groups are internal
+    "preset": "the run's scale",
+    "agent": "the method",
+    "experiment": "a paper figure's or a study's sweep (with -m)",
+    "multitask": "one pre-training, several downstream tasks",
+}
+
+
+def command_help(command: str) -> str:
+    """`protorl-<command> --help`: what it does, the keys a user changes first, the config groups' options and
+    where every key is documented."""
+    import textwrap
+    from importlib.resources import files
+
+    what, keys = COMMAND_HELP[command]
+    name = f"protorl-{command}"
+    lines = [*textwrap.wrap(f"{name}: {what}", 100), "", f"usage: {name} [KEY=VALUE ...] [GROUP=OPTION ...] "
+             "[-m: a sweep over comma-separated values]", "", "the keys to change first:"]
+    width = max(len(key) for key, _ in keys)
+    for key, meaning in keys:
+        lines += textwrap.wrap(meaning, 100, initial_indent=f"  {key:<{width}}  ", subsequent_indent=" " * (width + 4))
+    lines += ["", "config groups (GROUP=OPTION):"]
+    conf = files("protorl.conf")
+    for group, meaning in HELP_GROUPS.items():
+        options = sorted({item.name.removesuffix(".yaml") for item in conf.joinpath(group).iterdir()
+                          if item.name.endswith(".yaml")} | (set(registered_agents()) if group == "agent" else set()))
+        lines += textwrap.wrap(", ".join(options), 100, initial_indent=f"  {group}: {meaning}: ",
+                               subsequent_indent="    ")
+    docs = Path(__file__).resolve().parents[1] / "docs" / "commands.md"
+    lines += ["", *textwrap.wrap(f"every key, its default and its unit: "
+                                 f"{docs if docs.is_file() else 'docs/commands.md'} (the documentation site's "
+                                 f"\"Commands and configuration\"); the config a command would run, with your "
+                                 f"overrides: {name} ... --cfg job; Hydra's own options: {name} --hydra-help", 100)]
+    return "\n".join(lines)
 
 
 class _ArgumentParser(argparse.ArgumentParser):
@@ -270,11 +360,20 @@ class _ArgumentParser(argparse.ArgumentParser):
         _exit_with(f"{self.prog}: {message} (see {self.prog} --help)")
 
 
-def tasks() -> None:
-    """Print every task name accepted by `env=`."""
-    from protorl.envs import list_tasks
+def tasks(argv: list[str] | None = None) -> None:
+    """protorl-tasks: every task name `env=` accepts, by domain, each with what earns its reward."""
+    from protorl.envs.catalog import catalog
+    from protorl.envs.names import GYMNASIUM_PREFIX
 
-    print("\n".join(list_tasks()))
+    _ArgumentParser(prog="protorl-tasks", description=tasks.__doc__).parse_args(argv)
+    lines = []
+    for domain, what, named in catalog():
+        width = max(len(task) for task, _ in named)
+        lines += [f"{domain}: {what}" if what else domain,
+                  *(f"  {task:<{width}}  {description}".rstrip() for task, description in named), ""]
+    lines.append(f"{GYMNASIUM_PREFIX}<id>: any Gymnasium environment, e.g. {GYMNASIUM_PREFIX}Pendulum-v1 "
+                 '(pip install -e ".[gym]")')
+    print("\n".join(lines))
 
 
 def analyze(argv: list[str] | None = None) -> None:

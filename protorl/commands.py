@@ -25,6 +25,7 @@ from omegaconf import MISSING, OmegaConf
 
 from protorl.agents import agent_config
 from protorl.config import Config, ConfigError, downstream_tasks, invalid
+from protorl.duration import check_duration
 from protorl.envs import make_env
 from protorl.logs.tracking import finish_run, phase_tracker, start_run
 from protorl.phases import compares_without_pretraining, planned_phases
@@ -112,10 +113,12 @@ def _is_a(value, kind) -> bool:
     return isinstance(value, kind)
 
 
-def check(config: Config, command: str, named: Collection[str] = (), memory: bool = True) -> tuple[Config, dict | None]:
+def check(config: Config, command: str, named: Collection[str] = (),
+          resources: bool = True) -> tuple[Config, dict | None]:
     """`config` checked for `command` (one of `COMMANDS`) before anything is written, as a new config, and for
     finetune its snapshot, read and verified (`named`: the keys the user set, `validate.check_named_env`); with
-    `memory`, also the memory the run will need (`resources.check_memory`). In the new config `snapshot` is
+    `resources`, also the memory the run will need (`resources.check_memory`) and its wall time on this machine
+    (`duration.check_duration`). In the new config `snapshot` is
     absolute, so the run directory records where it came from (with `pretrain_sweep` instead, it is the sweep's
     matching snapshot), `snapshot_sha256` is the digest its pre-training wrote with it (`ConfigError` if one was
     given and differs), and `agent` is of its agent's own config class."""
@@ -139,8 +142,9 @@ def check(config: Config, command: str, named: Collection[str] = (), memory: boo
                               "no replay buffer; pre-train with snapshot_replay=true")
     if config.snapshot:
         config = recorded_snapshot(config, pretrained)
-    if memory:
+    if resources:
         check_memory(config, command, pretrained)
+        check_duration(config, command, pretrained is not None)
     return config, pretrained
 
 

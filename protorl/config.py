@@ -159,6 +159,9 @@ class Config:
     wandb_entity: str | None = None  # None: your default W&B entity
     wandb_group: str | None = None  # e.g. one group per sweep
     progress_bar: bool = True
+    # refuse a run whose wall time, estimated on this machine before it starts (protorl/duration.py), exceeds this
+    # many hours; null: no limit
+    max_hours: float | None = 24.0
     threads: int | None = None  # torch intra-op threads; None leaves torch's default (one per core)
     fast_malloc: bool = True  # keep large tensors off glibc's mmap path (see protorl.runtime.tune_malloc)
     cudnn_benchmark: bool = True  # CUDA: cuDNN picks its fastest convolutions for the run's fixed shapes

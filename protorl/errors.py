@@ -7,9 +7,14 @@
     │   └── UnreadableFileError   a checkpoint or snapshot file that is not whole
     ├── ResultsError              run or sweep directories that cannot be reported, analysed or aggregated
     └── TrainingDiverged          a loss or metric became NaN or infinite
+
+    RunInterrupted                Ctrl-C stopped a run (a KeyboardInterrupt, not an error)
 """
 
 from __future__ import annotations
+
+import difflib
+from collections.abc import Iterable
 
 
 class ProtorlError(Exception):
@@ -38,6 +43,16 @@ class ResultsError(ProtorlError, ValueError):
 
 class TrainingDiverged(ProtorlError, RuntimeError):
     """A loss or metric became NaN or infinite; the message names it and the last good checkpoint."""
+
+
+class RunInterrupted(KeyboardInterrupt):
+    """Ctrl-C stopped a run; the message says at which frame, and which checkpoint a rerun resumes from."""
+
+
+def did_you_mean(name: str, options: Iterable[str]) -> str:
+    """" (did you mean X?)" naming the options closest to a mistyped `name`; "" if none is close."""
+    close = difflib.get_close_matches(name, list(options), n=3, cutoff=0.8)
+    return f" (did you mean {' or '.join(close)}?)" if close else ""
 
 
 def first_line(error: BaseException) -> str:

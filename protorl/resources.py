@@ -204,12 +204,12 @@ def _agent_peak_bytes(cfg: Config, env: Env, mode: str) -> int:
         batch = Batch(obs=torch.empty(size, *env.obs_shape, dtype=dtype), action=torch.empty(size, *env.action_shape),
                       reward=torch.empty(size, 1), discount=torch.empty(size, 1),
                       next_obs=torch.empty(size, *env.obs_shape, dtype=dtype))
-        for step in _steps_running_every_schedule(agent_cfg):
+        for step in steps_running_every_schedule(agent_cfg):
             agent.update(batch, step)
     return live.peak
 
 
-def _steps_running_every_schedule(agent_cfg: AgentConfig) -> tuple[int, int]:
+def steps_running_every_schedule(agent_cfg: AgentConfig) -> tuple[int, int]:
     """Two update steps at which every `*_every` schedule of the agent fires, after any critic warm-up."""
     period = math.lcm(*(getattr(agent_cfg, item.name) for item in dataclasses.fields(agent_cfg)
                         if item.name.endswith("_every") and isinstance(getattr(agent_cfg, item.name), int)))

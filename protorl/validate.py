@@ -81,6 +81,8 @@ def _check_schedules(cfg: Config) -> None:
         fail("checkpoint_every_frames", cfg.checkpoint_every_frames, "a positive frame count or null")
     if cfg.checkpoint_every_minutes is not None and cfg.checkpoint_every_minutes <= 0:
         fail("checkpoint_every_minutes", cfg.checkpoint_every_minutes, "a positive number of minutes or null")
+    if cfg.max_hours is not None and cfg.max_hours <= 0:
+        fail("max_hours", cfg.max_hours, "a positive number of hours, or null for no limit")
     if cfg.checkpoint_keep <= 0:
         fail("checkpoint_keep", cfg.checkpoint_keep, "a positive integer")
     if cfg.analysis_every_frames is not None and cfg.analysis_every_frames <= 0:
@@ -157,8 +159,10 @@ def _check_tasks(cfg: Config, command: str, has_pretraining: bool) -> None:
         _check_pretrain_data(cfg, command)
     if command == "finetune" and not (cfg.snapshot or cfg.pretrain_sweep) and has_pretraining:
         raise ConfigError("finetune needs a pre-training snapshot: add snapshot=/path/to/snapshot.pt or "
-                          "pretrain_sweep=<a pre-training sweep's directory> (or run protorl-train "
-                          "pretrain_frames=0 to learn without pre-training)")
+                          "pretrain_sweep=<a pre-training sweep's directory>; protorl-pretrain preset=small writes "
+                          "one in minutes (<its run directory>/pretrain/snapshots/snapshot_4000.pt, for "
+                          "protorl-finetune preset=small snapshot=...), and protorl-train runs both phases (or "
+                          "run protorl-train pretrain_frames=0 to learn without pre-training)")
 
 
 def check_named_env(cfg: Config, command: str, named: Collection[str] = ("env",)) -> None:

@@ -63,11 +63,12 @@ def run(command: str, *overrides: str, run_dir: Path, **popen) -> subprocess.Com
                           timeout=TIMEOUT_S, env=environment(), cwd=run_dir.parent, **popen)
 
 
-def start(command: str, *overrides: str, run_dir: Path) -> subprocess.Popen:
-    """Start a command in the background, its output discarded."""
+def start(command: str, *overrides: str, run_dir: Path, output: bool = False) -> subprocess.Popen:
+    """Start a command in the background, its output discarded, or kept for `communicate()` with `output`."""
     run_dir.parent.mkdir(parents=True, exist_ok=True)
+    stream = subprocess.PIPE if output else subprocess.DEVNULL
     return subprocess.Popen(command_line(command, *overrides, run_dir=run_dir), env=environment(),
-                            cwd=run_dir.parent, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+                            cwd=run_dir.parent, stdout=stream, stderr=stream, text=output)
 
 
 def assert_ok(result: subprocess.CompletedProcess) -> None:

@@ -148,10 +148,34 @@ def test_finetune_missing_snapshot(tmp_path):
     assert result.stdout == ""  # nothing but the error: no library's start-up chatter on stdout either
 
 
-def test_unknown_task_exits_2_listing_tasks(tmp_path):
+def test_unknown_task_exits_2_pointing_to_the_task_list(tmp_path):
     result = run("pretrain", "env=not_a_task", run_dir=tmp_path / "run")
-    assert_user_error(result, "not_a_task", "point_mass_easy", "walker_walk", "cheetah_run")
+    line = assert_user_error(result, "unknown task 'not_a_task'", "protorl-tasks", "gym:<id>")
+    assert "did you mean" not in line  # nothing is close to it
     assert not (tmp_path / "run").exists()  # refused before anything is written
+
+
+@pytest.mark.parametrize(("override", "meant"), [
+    ("env=walker_rn", "did you mean walker_run?"),  # a task
+    ("agent=protoo", "did you mean proto?"),  # a config group's option: Hydra's error
+    ("preset=smal", "did you mean small?"),
+])
+def test_a_mistyped_name_gets_a_did_you_mean(tmp_path, override, meant):
+    result = run("train", "preset=small", override, run_dir=tmp_path / "run")
+    assert_user_error(result, override.split("=")[1], meant)
+    assert not (tmp_path / "run").exists()
+
+
+@pytest.mark.parametrize("command", ["train", "pretrain", "finetune"])
+def test_help_says_what_the_command_does_and_the_keys_to_change_first(command, tmp_path):
+    result = run(command, "--help", run_dir=tmp_path / "run")
+    assert_ok(result)
+    text = result.stdout
+    assert text.startswith(f"protorl-{command}: ") and "the keys to change first:" in text
+    assert "preset=" in text and "env=TASK" in text and "commands.md" in text
+    assert "agent_schema" not in text and "agent_preset" not in text  # internal config groups
+    assert "proto_paper" in text and "fig4_small" in text  # the groups' options, read from the configs
+    assert not (tmp_path / "run").exists()
 
 
 def test_invalid_value_exits_2(tmp_path):

@@ -4,6 +4,7 @@ uninterrupted run (parameters bitwise, logs row for row)."""
 from __future__ import annotations
 
 import os
+import re
 import shlex
 import signal
 import time
@@ -29,6 +30,14 @@ def rows_without_timing(run_dir: Path) -> list[dict[str, str]]:
 
 def final_agent(run_dir: Path) -> dict:
     return load_snapshot(run_dir / "pretrain" / "snapshots" / "snapshot_5000.pt")["agent"]
+
+
+def assert_same_agent(resumed: dict, straight: dict) -> None:
+    """Every network, target and the queue bitwise equal."""
+    for part in ("encoder", "head", "encoder_target", "projector_target", "actor", "queue"):
+        for name, tensor in straight[part].items():
+            other = resumed[part][name]
+            assert torch.equal(tensor, other) if isinstance(tensor, torch.Tensor) else tensor == other, (part, name)
 
 
 @pytest.fixture(scope="module")
@@ -61,12 +70,65 @@ def test_killed_run_resumes_to_the_same_result(uninterrupted, tmp_path):
     assert "(frame 2000)" in result.stdout + result.stderr
 
     assert rows_without_timing(run_dir) == rows_without_timing(uninterrupted)  # 5 rows, none twice
-    resumed, straight = final_agent(run_dir), final_agent(uninterrupted)
-    for part in ("encoder", "head", "encoder_target", "projector_target", "actor", "queue"):
-        for name, tensor in straight[part].items():
-            other = resumed[part][name]
-            assert torch.equal(tensor, other) if isinstance(tensor, torch.Tensor) else tensor == other, (part, name)
+    assert_same_agent(final_agent(run_dir), final_agent(uninterrupted))
     assert [p.name for p in list_checkpoints(checkpoints)] == ["checkpoint_2000.pt", "checkpoint_4000.pt"]
+
+
+def wait_for_rows(process, train_csv: Path, rows: int) -> None:
+    """Until the running `process` has logged `rows` episodes to `train_csv`."""
+    deadline = time.time() + 150
+    while csv_rows(train_csv) < rows:
+        assert process.poll() is None, f"the run ended before episode {rows}"
+        assert time.time() < deadline, f"no episode {rows} within 150 s"
+        time.sleep(0.01)
+
+
+def interrupted_line(process) -> str:
+    """The one line of a run that Ctrl-C stopped: exit status 130, no traceback, `protorl: ...` last on stderr."""
+    _, stderr = process.communicate(timeout=150)
+    assert process.returncode == 130, f"exit {process.returncode}\n{stderr}"
+    assert "Traceback" not in stderr, stderr
+    lines = [line for line in stderr.splitlines() if line.startswith("protorl: ")]
+    assert len(lines) == 1 and stderr.rstrip().endswith(lines[0]), stderr
+    return lines[0]
+
+
+def test_ctrl_c_writes_a_checkpoint_says_where_and_the_rerun_resumes_there(uninterrupted, tmp_path):
+    """Ctrl-C (a real SIGINT) after the first episode of a run with no checkpoint on schedule: the run stops at
+    the next episode end, after a checkpoint there, in one line naming it; the same command resumes from it and
+    ends as the straight run did."""
+    run_dir, command = tmp_path / "ctrl_c", [*RUN, "checkpoint_every_frames=null"]
+    process = start("pretrain", *command, run_dir=run_dir, output=True)
+    wait_for_rows(process, run_dir / "pretrain" / "train.csv", 1)
+    process.send_signal(signal.SIGINT)
+    line = interrupted_line(process)
+    found = re.search(r"interrupted at frame (\d+) of 5000; the last checkpoint is at frame (\d+) \((.+)\); rerun "
+                      r"the same command", line)
+    assert found, line
+    frames, checkpoint = int(found[1]), int(found[2])
+    assert frames == checkpoint and 1000 < checkpoint < 5000 and checkpoint % 1000 == 0, line  # an episode end
+    assert list_checkpoints(run_dir / "pretrain" / "checkpoints") == [Path(found[3])]
+
+    result = run("pretrain", *command, run_dir=run_dir)
+    assert_ok(result)
+    assert f"(frame {checkpoint})" in result.stdout + result.stderr
+    assert rows_without_timing(run_dir) == rows_without_timing(uninterrupted)
+    assert_same_agent(final_agent(run_dir), final_agent(uninterrupted))
+
+
+def test_a_second_ctrl_c_stops_at_once(tmp_path):
+    """Two Ctrl-Cs: the run stops without waiting for the episode's end, and says that nothing was saved to
+    resume from."""
+    run_dir = tmp_path / "twice"
+    process = start("pretrain", *RUN, "checkpoint_every_frames=null", "pretrain_frames=20000", run_dir=run_dir,
+                    output=True)
+    wait_for_rows(process, run_dir / "pretrain" / "train.csv", 1)
+    process.send_signal(signal.SIGINT)
+    time.sleep(0.2)
+    process.send_signal(signal.SIGINT)
+    line = interrupted_line(process)
+    assert re.search(r"interrupted at frame \d+ of 20000, before its first checkpoint; rerunning the same command "
+                     r"starts this phase again", line), line
 
 
 def test_completed_run_is_not_repeated(uninterrupted):

@@ -26,6 +26,7 @@ from protorl.agents.proto.agent import ProtoAgent
 from protorl.agents.random_policy import RandomAgent
 from protorl.agents.sac import SAC
 from protorl.config import AgentConfig, Config, ConfigError, invalid
+from protorl.errors import did_you_mean
 
 BUILT_IN: dict[str, type[Agent]] = {cls.name: cls for cls in (ProtoAgent, RandomAgent, ICMAgent, APTAgent, DrQAgent)}
 ENTRY_POINT_GROUP = "protorl.agents"
@@ -54,7 +55,7 @@ def agent_class(name: str) -> type[Agent]:
     """The agent registered as `name`; `ConfigError` listing the registered ones otherwise."""
     agents = registered_agents()
     if name not in agents:
-        raise invalid("agent", name, f"one of {', '.join(agents)} (set with agent=NAME)")
+        raise invalid("agent", name, f"one of {', '.join(agents)} (set with agent=NAME){did_you_mean(name, agents)}")
     return agents[name]
 
 

@@ -64,6 +64,7 @@ class APTAgent(Agent):
     particle-based k-NN distance within the batch."""
 
     name = "apt"
+    title = "APT"
     config_class = APTConfig
     metrics = ("repr_loss", "intr_reward_mean", "intr_reward_std", *PROJECTION_METRICS)
     architecture_keys = ("proj_dim",)

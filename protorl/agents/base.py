@@ -35,6 +35,7 @@ class Agent:
     """Base class: subclasses add modules in `build` and define `update_pretrain` / `update_online`."""
 
     name = "base"
+    title = ""  # the method as the docs and figures name it, e.g. "Proto-RL"; empty: `name`
     config_class: type[AgentConfig] = AgentConfig
     metrics: tuple[str, ...] = ()  # train.csv columns of its updates beyond SAC's
     architecture_keys: tuple[str, ...] = ()  # its config keys that fix its snapshot's networks, beyond SAC's
@@ -64,6 +65,11 @@ class Agent:
     def supports(cls, mode: str) -> bool:
         """Whether the agent has an update for `mode` (one of `MODES`)."""
         return hasattr(cls, f"update_{mode}")
+
+    @classmethod
+    def method_title(cls, obs_type: str) -> str:
+        """The method's name in figures, for a run observing `obs_type` ("pixels" or "states")."""
+        return cls.title or cls.name
 
     @classmethod
     def metric_names(cls) -> tuple[str, ...]:

@@ -30,6 +30,12 @@ class DrQAgent(EncoderTrainedByCritic):
     encoder; it has no task-agnostic phase."""
 
     name = "drq"
+    title = "DrQ"
+
+    @classmethod
+    def method_title(cls, obs_type: str) -> str:
+        """From states there is no image to augment: DrQ is SAC learning from the task reward alone."""
+        return "SAC from scratch" if obs_type == "states" else cls.title
 
     def update_online(self, batch: Batch, step: int) -> Metrics:
         obs, next_obs = self.augmented(batch)

@@ -98,6 +98,7 @@ class ICMAgent(Agent):
     encoder; the reward is the forward model's prediction error."""
 
     name = "icm"
+    title = "Curiosity (ICM)"
     config_class = ICMConfig
     metrics = ("icm_forward_loss", "icm_inverse_loss", "intr_reward_mean", "intr_reward_std", *PROJECTION_METRICS)
     architecture_keys = ("proj_dim", "model_hidden_dim")

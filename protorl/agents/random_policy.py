@@ -22,6 +22,7 @@ class RandomAgent(EncoderTrainedByCritic):
     the encoder."""
 
     name = "random"
+    title = "Random"
 
     def act(self, obs: np.ndarray, sample: bool) -> np.ndarray:
         """Pre-training samples uniform actions in [-1, 1] (torch's RNG, so checkpoints resume exactly)."""

@@ -20,6 +20,7 @@ from protorl.envs.actions import to_action_range
 from protorl.envs.frame_stack import FrameStack
 from protorl.envs.names import GYMNASIUM_PREFIX
 from protorl.envs.time_step import TimeStep
+from protorl.errors import did_you_mean
 
 if TYPE_CHECKING:
     from protorl.envs.env import Env
@@ -40,6 +41,7 @@ class ExtraTask:
     domain: str
     load: Callable[[int], object]
     camera_id: int | None = None  # None: the suite's rule (2 for quadruped, else 0)
+    description: str = ""  # what earns its reward, in a few words (protorl-tasks)
 
 
 EXTRA_TASKS: dict[str, ExtraTask] = {}
@@ -72,7 +74,8 @@ def check_task(name: str) -> None:
         from protorl.gym.wrap import check_gymnasium_task  # Gymnasium is an optional extra
         check_gymnasium_task(name)
     elif name not in _task_table():
-        raise ValueError(f"unknown task {name!r}; valid tasks are: {', '.join(list_tasks())}")
+        raise ValueError(f"unknown task {name!r}{did_you_mean(name, list_tasks())}: protorl-tasks lists every "
+                         f"task by domain, and {GYMNASIUM_PREFIX}<id> names a Gymnasium environment")
 
 
 def split_task(name: str) -> tuple[str, str]:

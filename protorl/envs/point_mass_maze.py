@@ -129,6 +129,14 @@ def load(target: tuple[float, float] | None, seed: int):
     return control.Environment(physics, _task_class()(target, random=seed), time_limit=TIME_LIMIT)
 
 
-register_task(f"{DOMAIN}_explore", ExtraTask(DOMAIN, partial(load, None)))
+DESCRIPTIONS = {  # task suffix -> what earns its reward (protorl-tasks)
+    "explore": "no reward: task-agnostic pre-training",
+    "reach_center": "reach the centre, inside the U (sparse)",
+    "reach_top_left": "reach the top-left corner, in the start square (sparse)",
+    "reach_top_right": "reach the top-right corner, over the top wall (sparse)",
+    "reach_bottom_left": "reach the bottom-left corner, down the left corridor (sparse)",
+    "reach_bottom_right": "reach the bottom-right corner, under the U (sparse)",
+}
+register_task(f"{DOMAIN}_explore", ExtraTask(DOMAIN, partial(load, None), description=DESCRIPTIONS["explore"]))
 for _suffix, _target in TARGETS.items():
-    register_task(f"{DOMAIN}_{_suffix}", ExtraTask(DOMAIN, partial(load, _target)))
+    register_task(f"{DOMAIN}_{_suffix}", ExtraTask(DOMAIN, partial(load, _target), description=DESCRIPTIONS[_suffix]))

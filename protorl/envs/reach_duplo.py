@@ -59,6 +59,9 @@ def load(position: tuple[float, float] | None, seed: int):
     return composer.Environment(task, time_limit=EPISODE_STEPS * constants.CONTROL_TIMESTEP, random_state=seed)
 
 
-register_task(DOMAIN, ExtraTask(DOMAIN, partial(load, None), camera_id=FRONT_CAMERA_ID))
+register_task(DOMAIN, ExtraTask(DOMAIN, partial(load, None), camera_id=FRONT_CAMERA_ID,
+                                description="reach the brick, placed anywhere on the table"))
 for _name, _position in BRICK_POSITIONS.items():
-    register_task(_name, ExtraTask(DOMAIN, partial(load, _position), camera_id=FRONT_CAMERA_ID))
+    _corner = _name.removeprefix(f"{DOMAIN}_").replace("_", "-")
+    register_task(_name, ExtraTask(DOMAIN, partial(load, _position), camera_id=FRONT_CAMERA_ID,
+                                   description=f"reach the brick at the table's {_corner} corner (appendix F)"))

@@ -84,4 +84,8 @@ def load(motion: str, direction: int, seed: int):
 
 
 for _name, (_motion, _direction) in TASKS.items():
-    register_task(_name, ExtraTask(DOMAIN, partial(load, _motion, _direction)))
+    _way = "forward" if _direction > 0 else "backward"
+    _what = {"run": f"run {_way} fast", "flip": f"flip {_way}, spinning the body"}[_motion]
+    register_task(_name, ExtraTask(DOMAIN, partial(load, _motion, _direction),
+                                   description=f"{_what} (appendix F; the same as walker_run)"
+                                   if _name == "walker_run_forward" else f"{_what} (appendix F)"))

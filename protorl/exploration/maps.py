@@ -9,6 +9,8 @@ state of argmax_i z_i . c_j over a sample of replay observations (z and c unit-n
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import imageio.v3 as iio
@@ -21,9 +23,30 @@ MAP_DOMAINS = ("point_mass", "point_mass_maze")  # domains whose coverage coordi
 FIGURE_INCHES = (4.8, 4.4)  # one map; every map has the same pixel size, so they animate
 FIGURE_DPI = 100
 ANIMATION_FRAME_MS = 500
+Bounds = tuple[float, float, float, float]  # (x_min, y_min, x_max, y_max), metres
 
 
-def wall_rectangles(physics) -> list[tuple[float, float, float, float]]:
+@dataclass(frozen=True)
+class Landmarks:
+    """What a map marks besides the walls: where episodes start and the targets of the run's tasks (metres)."""
+
+    start: Bounds | None = None
+    targets: dict[str, tuple[float, float]] = field(default_factory=dict)  # task name -> (x, y)
+    target_radius: float = 0.0  # the reward's radius around a target
+
+
+def landmarks(domain: str, tasks: Sequence[str]) -> Landmarks:
+    """The U-maze's start square and the targets among `tasks` (the run's downstream tasks); none elsewhere."""
+    from protorl.envs import point_mass_maze as maze
+
+    if domain != maze.DOMAIN:
+        return Landmarks()
+    suffixes = {task: task.removeprefix(f"{maze.DOMAIN}_") for task in tasks}
+    targets = {task: maze.TARGETS[suffix] for task, suffix in suffixes.items() if suffix in maze.TARGETS}
+    return Landmarks((*maze.START_LOW, *maze.START_HIGH), targets, maze.TARGET_RADIUS)
+
+
+def wall_rectangles(physics) -> list[Bounds]:
     """(x_min, y_min, x_max, y_max) of every box geom attached to the world body, in metres."""
     import mujoco
 
@@ -52,7 +75,7 @@ def cell_centres(spec: CoverageSpec) -> np.ndarray:
     return np.stack(np.meshgrid(*centres, indexing="ij"), axis=-1).reshape(-1, 2)
 
 
-def inside_walls(xy: np.ndarray, walls: list[tuple[float, float, float, float]]) -> np.ndarray:
+def inside_walls(xy: np.ndarray, walls: list[Bounds]) -> np.ndarray:
     """Whether each point (N, 2) lies inside a wall rectangle: (N,) bool."""
     inside = np.zeros(len(xy), dtype=bool)
     for x0, y0, x1, y1 in walls:
@@ -60,7 +83,7 @@ def inside_walls(xy: np.ndarray, walls: list[tuple[float, float, float, float]])
     return inside
 
 
-def reward_field(score, env, spec: CoverageSpec, walls: list[tuple[float, float, float, float]]) -> np.ndarray:
+def reward_field(score, env, spec: CoverageSpec, walls: list[Bounds]) -> np.ndarray:
     """The intrinsic reward of the point at rest at each cell centre, (bins, bins), NaN inside the walls.
 
     score: observations (N, *obs_shape) -> rewards (N,) (the agent's reward against its queue now);
@@ -78,14 +101,13 @@ def reward_field(score, env, spec: CoverageSpec, walls: list[tuple[float, float,
     return field.reshape(spec.shape)
 
 
-def render_map(counts: np.ndarray, spec: CoverageSpec, walls: list[tuple[float, float, float, float]],
-               prototype_xy: np.ndarray | None, title: str, reward: np.ndarray | None = None) -> np.ndarray:
-    """Heat map of `counts` (bins, bins) over (x, y), walls in grey, prototypes (M, 2) in red, and beside it the
-    reward field (bins, bins) if given -> RGB (H, W, 3). An all-NaN field (no reward yet) keeps its panel, empty,
-    so that every map of a run has the same size."""
+def render_map(counts: np.ndarray, spec: CoverageSpec, walls: list[Bounds], prototype_xy: np.ndarray | None,
+               frames: int, reward: np.ndarray | None = None, marks: Landmarks | None = None) -> np.ndarray:
+    """Heat map of `counts` (bins, bins) over (x, y) after `frames` frames, walls in grey, prototypes (M, 2) in
+    red, the start and targets of `marks`, and beside it the reward field (bins, bins) if given -> RGB (H, W, 3).
+    An all-NaN field (no reward yet) keeps its panel, empty, so that every map of a run has the same size."""
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
-    from matplotlib.patches import Rectangle
 
     panels = 1 if reward is None else 2
     fig = Figure(figsize=(FIGURE_INCHES[0] * panels, FIGURE_INCHES[1]), dpi=FIGURE_DPI, layout="constrained")
@@ -93,25 +115,42 @@ def render_map(counts: np.ndarray, spec: CoverageSpec, walls: list[tuple[float, 
     axes = fig.subplots(1, panels, squeeze=False)[0]
     extent = (spec.low[0], spec.high[0], spec.low[1], spec.high[1])
     image = axes[0].imshow(np.log1p(counts.T), origin="lower", extent=extent, cmap="Blues", interpolation="nearest")
-    fig.colorbar(image, ax=axes[0], label="log(1 + visits)")
+    fig.colorbar(image, ax=axes[0], label="log(1 + visits to the cell)")
     if prototype_xy is not None:
         axes[0].scatter(prototype_xy[:, 0], prototype_xy[:, 1], s=12, c="red", edgecolors="darkred", linewidths=0.4,
-                        label="prototypes (closest state)")
-        axes[0].legend(loc="lower right", fontsize=7)
-    axes[0].set_title(title)
+                        label="prototype (at its closest visited state)")
+    axes[0].set_title(f"where the agent went in {frames} frames")
     if reward is not None and np.isnan(reward).all():
-        axes[1].set_title("k-NN reward: none yet (too few candidates)")
+        axes[1].set_title("its exploration reward: none yet (too few candidates)")
     elif reward is not None:
         image = axes[1].imshow(reward.T, origin="lower", extent=extent, cmap="magma", interpolation="nearest")
-        fig.colorbar(image, ax=axes[1], label="intrinsic reward")
-        axes[1].set_title("k-NN reward of the point at rest, now")
+        fig.colorbar(image, ax=axes[1], label="k-NN reward of the point at rest there\n(higher: less explored)")
+        axes[1].set_title("the exploration reward it would get now")
     for ax in axes:
-        for x0, y0, x1, y1 in walls:
-            ax.add_patch(Rectangle((x0, y0), x1 - x0, y1 - y0, facecolor="0.35", edgecolor="black"))
+        _draw_walls_and_marks(ax, walls, marks or Landmarks())
         ax.set(xlim=extent[:2], ylim=extent[2:], xlabel=f"{spec.labels[0]} (m)", ylabel=f"{spec.labels[1]} (m)",
                aspect="equal")
+    handles, labels = axes[0].get_legend_handles_labels()
+    if handles:
+        fig.legend(handles, labels, loc="outside lower center", ncols=len(handles), fontsize=8, frameon=False)
     canvas.draw()
     return np.asarray(canvas.buffer_rgba())[..., :3].copy()
+
+
+def _draw_walls_and_marks(ax, walls: list[Bounds], marks: Landmarks) -> None:
+    """The walls in grey, the start square dashed, each target as its reward disc with a star at its centre."""
+    from matplotlib.patches import Circle, Rectangle
+
+    for x0, y0, x1, y1 in walls:
+        ax.add_patch(Rectangle((x0, y0), x1 - x0, y1 - y0, facecolor="0.35", edgecolor="black"))
+    if marks.start is not None:
+        x0, y0, x1, y1 = marks.start
+        ax.add_patch(Rectangle((x0, y0), x1 - x0, y1 - y0, fill=False, edgecolor="lime", linestyle="--",
+                         linewidth=2, label="start: episodes begin in this square"))
+    for task, (x, y) in marks.targets.items():
+        ax.add_patch(Circle((x, y), marks.target_radius, fill=False, edgecolor="gold", linewidth=1.5))
+        ax.scatter([x], [y], marker="*", s=120, c="gold", edgecolors="black", linewidths=0.6, zorder=3,
+                   label=f"target of {task} (reward within {marks.target_radius * 100:.0f} cm)")
 
 
 def map_paths(map_dir: Path, up_to_frames: int) -> list[Path]:

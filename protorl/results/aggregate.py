@@ -109,11 +109,23 @@ def _pretrains(agent: str) -> bool:
     return cls is None or cls.supports("pretrain")
 
 
+def method_titles(records: list[Record]) -> dict[str, str]:
+    """Each method's name in the figures: the docs' name (`Record.title`) where its records agree on one and no
+    other method has it, else the method's label."""
+    found = defaultdict(set)
+    for record in records:
+        found[record.method].add(record.title or record.method)
+    titles = {method: next(iter(names)) if len(names) == 1 else method for method, names in found.items()}
+    shared = {title for title in titles.values() if list(titles.values()).count(title) > 1}
+    return {method: method if title in shared else title for method, title in titles.items()}
+
+
 def curve_panel(task: str, complete: list[Record], colors: dict[str, str], ylabel: str,
-                all_curves: bool = False) -> Panel:
+                all_curves: bool = False, titles: dict[str, str] | None = None) -> Panel:
     """Mean ± std over seeds on their shared frames per method that pre-trains (or every method with
     `all_curves`); per method that does not (DrQ), its final mean as a dashed line, as the paper's figures
-    draw DrQ."""
+    draw DrQ. `titles`: the methods' names in the legend (default: their labels)."""
+    titles = titles or {}
     by_method = defaultdict(list)
     for record in complete:
         if record.task == task:
@@ -122,10 +134,11 @@ def curve_panel(task: str, complete: list[Record], colors: dict[str, str], ylabe
     for (method, as_curve), seeds in sorted(by_method.items()):
         if as_curve:
             frames, mean, std = seed_curve(seeds)
-            curves.append(Curve(frames, mean, f"{method} ({len(seeds)} seeds)", color=colors[method], spread=std))
+            curves.append(Curve(frames, mean, f"{titles.get(method, method)} ({len(seeds)} seeds)",
+                                color=colors[method], spread=std))
         else:
-            levels.append(Level(f"{method} (final, {len(seeds)} seeds)", float(np.mean([r.final for r in seeds])),
-                                colors[method]))
+            levels.append(Level(f"{titles.get(method, method)} (final, {len(seeds)} seeds)",
+                                float(np.mean([r.final for r in seeds])), colors[method]))
     return Panel(task, ylabel, curves, levels)
 
 
@@ -176,6 +189,7 @@ def aggregate_runs(paths: list[Path], out: Path, group_by: list[str], reps: int 
     check_metric_column(records, runs, metric)
     records, duplicates = deduplicate(records)
     normalised = metric.normalised_label
+    titles = method_titles(records)
     complete = [r for r in records if r.status == COMPLETE]
     matrices, used = score_matrices(complete, metric)
     if matrices:
@@ -184,7 +198,7 @@ def aggregate_runs(paths: list[Path], out: Path, group_by: list[str], reps: int 
     lines = [f"protorl aggregate of {', '.join(map(str, paths))}",
              f"  {len(runs)} runs, {len(records)} {'downstream' if metric.downstream else 'pre-training'} records "
              f"of {metric.label} ({len(complete)} complete)",
-             f"  methods: {', '.join(sorted({r.method for r in records})) or 'none'}",
+             f"  methods: {', '.join(_named(method, titles) for method in sorted(titles)) or 'none'}",
              f"  tasks: {', '.join(sorted({r.task for r in records})) or 'none'}"]
     without = [run for run in runs if not any(run in r.path.parents for r in records + duplicates)]
     unfinished = [run for run in without if _pretraining_unfinished(run)]
@@ -201,7 +215,7 @@ def aggregate_runs(paths: list[Path], out: Path, group_by: list[str], reps: int 
     else:
         rows = score_table(complete, metric)
         colors = {method: f"C{i}" for i, method in enumerate(sorted({r.method for r in complete}))}
-        panels = [curve_panel(task, complete, colors, metric.label, all_curves)
+        panels = [curve_panel(task, complete, colors, _higher_is_better(metric), all_curves, titles)
                   for task in sorted({r.task for r in complete})]
         written += write_scores(rows, out, metric) + plot_curves(panels, _png_pdf(out / "curves"))
         lines += ["", markdown_table(rows, metric), ""]
@@ -211,14 +225,31 @@ def aggregate_runs(paths: list[Path], out: Path, group_by: list[str], reps: int 
             np.random.seed(seed)  # rliable's stratified bootstrap draws from numpy's global RNG
             points, intervals = interval_estimates(matrices, reps)
             written.append(write_estimates(points, intervals, out / "aggregate.csv"))
-            written += plot_estimates(points, intervals, colors, _png_pdf(out / "aggregate"),
-                                      f"normalised score ({normalised})")
-            written += plot_profiles(matrices, reps, colors, _png_pdf(out / "profiles"))
+            shown = {titles[method]: method for method in matrices}  # the figures name the methods as the docs do
+            written += plot_estimates({name: points[method] for name, method in shown.items()},
+                                      {name: intervals[method] for name, method in shown.items()},
+                                      {name: colors[method] for name, method in shown.items()},
+                                      _png_pdf(out / "aggregate"),
+                                      f"normalised score ({normalised}); higher is better, the optimality gap lower")
+            written += plot_profiles({name: matrices[method] for name, method in shown.items()}, reps,
+                                     {name: colors[method] for name, method in shown.items()},
+                                     _png_pdf(out / "profiles"))
     written.append(out / "summary.txt")
     lines.append("  files: " + ", ".join(map(str, written)))
     text = "\n".join(lines)
     (out / "summary.txt").write_text(text + "\n")
     return text
+
+
+def _named(method: str, titles: dict[str, str]) -> str:
+    """`method`, with its name in the figures if that differs."""
+    return method if titles[method] == method else f"{method} ({titles[method]})"
+
+
+def _higher_is_better(metric: Metric) -> str:
+    """The y label of a learning-curve panel: the metric, and which way is better where that is known."""
+    return f"{metric.label} (higher is better)" if metric.downstream or metric.column.startswith("coverage/") \
+        else metric.label
 
 
 def _png_pdf(stem: Path) -> list[Path]:

@@ -18,7 +18,7 @@ from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf
 
-from protorl.agents.diagnostics import collapse_message
+from protorl.agents.diagnostics import COLLAPSE_SHARED_DIRECTION, collapse_message
 from protorl.errors import ResultsError
 from protorl.exploration.maps import map_paths
 from protorl.results.finetuning import evaluated_downstream_dirs, plot_finetuning
@@ -28,17 +28,22 @@ from protorl.results.plots import Curve, Level, Panel, plot_curves
 from protorl.storage.layout import CONFIG_FILE, PRETRAIN_DIR, RESULT_FILE
 
 COVERAGE_KEYS = {  # column -> (legend, line format)
-    "coverage/entropy": ("normalised entropy (all visited states)", "o-"),
-    "coverage/replay_entropy": ("normalised entropy (replay buffer)", "s--"),
-    "coverage/visited_fraction": ("fraction of cells visited", "^-"),
+    "coverage/entropy": ("agent: normalised entropy of the visited states", "o-"),
+    "coverage/replay_entropy": ("agent: normalised entropy of the replay buffer", "s--"),
+    "coverage/visited_fraction": ("agent: fraction of cells visited", "^-"),
     "coverage/random_entropy": ("uniform-random policy: normalised entropy", "o:"),
     "coverage/random_visited_fraction": ("uniform-random policy: fraction of cells visited", "^:"),
 }
-REPR_KEYS = {  # train.csv column -> (panel title, y label)
-    "repr/distinct_prototypes": ("distinct nearest prototypes per batch", "prototypes"),
-    "repr/target_entropy": ("entropy of the Sinkhorn targets", "nats"),
-    "repr/projection_spread": ("median pairwise distance of projections", "L2 distance"),
-    "repr/shared_direction": ("shared direction of raw projections", "|mean| / mean |.|"),
+SCHEME_NAMES = {"proto": "prototype-balanced candidates (Proto-RL)", "uniform": "uniform candidates"}
+REPR_KEYS = {  # train.csv column -> (panel title, y label): what it shows, then which way is healthy
+    "repr/distinct_prototypes": ("prototypes in use: distinct nearest ones per batch",
+                                 "prototypes (higher is better;\n1: every frame looks the same)"),
+    "repr/target_entropy": ("how uncertain the cluster targets are\n(entropy of the Sinkhorn targets)",
+                            "nats (lower is better;\nlog M: uniform, collapsed)"),
+    "repr/projection_spread": ("how far apart frames are in the latent space\n(median pairwise distance)",
+                               "distance (higher is better;\n0: collapsed, 1.41: random)"),
+    "repr/shared_direction": ("how much frames share one latent direction\n(|mean projection| / mean |projection|)",
+                              "ratio (lower is better;\n1: collapsed)"),
 }
 SCHEMES = ("proto", "uniform")
 VARIANCE_STATS = {"std": "standard deviation", "cv": "coefficient of variation"}  # the plotted ones
@@ -64,20 +69,24 @@ def phase_dir(run_dir: Path) -> Path:
 def plot_coverage(rows: Rows, path: Path) -> Path:
     """Coverage over frames: the agent's, and a uniform-random policy's where recorded."""
     curves = [Curve(*series(rows, key), label, fmt) for key, (label, fmt) in COVERAGE_KEYS.items() if has(rows, key)]
-    plot_curves([Panel("state coverage (pre-training)", "coverage", curves, ylim=(0.0, 1.0))], [path])
+    plot_curves([Panel("state coverage during pre-training,\nagainst a uniform-random policy over the same frames",
+                       "coverage (higher: explored more)", curves, ylim=(0.0, 1.0))], [path])
     return path
 
 
 def plot_representation(rows: Rows, num_prototypes: int | None, path: Path) -> Path:
-    """The four collapse diagnostics of `train.csv` over frames (log M marked on the target entropy)."""
+    """The four collapse diagnostics of `train.csv` over frames, where the collapse warning fires marked."""
     panels = []
     for key, (title, label) in REPR_KEYS.items():
         if not has(rows, key):  # agents without prototypes log two
             continue
-        marked = key == "repr/target_entropy" and num_prototypes
-        levels = [Level("log M: uniform (collapsed)", math.log(num_prototypes), "tab:red")] if marked else []
+        levels = []
+        if key == "repr/target_entropy" and num_prototypes:
+            levels.append(Level("log M: uniform targets (collapsed)", math.log(num_prototypes), "tab:red"))
+        if key == "repr/shared_direction":
+            levels.append(Level("collapsed above this", COLLAPSE_SHARED_DIRECTION, "tab:red"))
         panels.append(Panel(title, label, [Curve(*series(rows, key), fmt=".-")], levels))
-    plot_curves(panels, [path], "representation diagnostics (pre-training, episode means)", cols=2)
+    plot_curves(panels, [path], "has the representation collapsed? (pre-training, episode means)", cols=2)
     return path
 
 
@@ -86,11 +95,11 @@ def plot_variance(rows: Rows, path: Path) -> Path:
     panels = []
     for stat, label in VARIANCE_STATS.items():
         keys = {scheme: f"variance/{scheme}_{stat}" for scheme in SCHEMES}
-        curves = [Curve(*series(rows, key), f"{scheme} candidates", "o-") for scheme, key in keys.items()
+        curves = [Curve(*series(rows, key), SCHEME_NAMES[scheme], "o-") for scheme, key in keys.items()
                   if has(rows, key)]
-        panels.append(Panel(f"per-state {label}", label, curves))
-    plot_curves(panels, [path], "k-NN intrinsic reward of fixed probe states over repeated candidate sets "
-                                "(mean over probes)")
+        panels.append(Panel(f"its {label} per probe state", f"{label}\n(lower: a steadier reward)", curves))
+    plot_curves(panels, [path], "how much the k-NN intrinsic reward of a state varies with the candidates drawn\n"
+                                "(fixed probe states, repeated candidate sets, mean over probes)")
     return path
 
 

@@ -14,12 +14,16 @@ from pathlib import Path
 from protorl.results.io import Rows, has, read_csv, series
 from protorl.results.paths import inside
 from protorl.results.plots import Curve, Panel, plot_curves
-from protorl.storage.layout import downstream_dirs, downstream_name
+from protorl.results.report import RETURN_LABEL, phase_title
+from protorl.storage.layout import SCRATCH_PREFIX, downstream_dirs, downstream_name
 
 TRAIN_DIAGNOSTICS = {  # train.csv column -> (panel title, y label)
-    "actor_drift": ("distance from the pre-trained actor", "mean L2 of mean actions"),
-    "intr_reward_share": ("intrinsic share of the reward", "alpha r_intr / (|r| + alpha r_intr)"),
+    "actor_drift": ("policy's distance from the pre-trained actor",
+                    "distance of mean actions\n(0: the pre-trained actor's)"),
+    "intr_reward_share": ("share of the reward that is intrinsic",
+                          "alpha r_intr / (|r| + alpha r_intr)\n(0: the task reward only)"),
 }
+SUCCESS_LABEL = "success rate: share of evaluation\nepisodes with any reward"
 
 
 def evaluated_downstream_dirs(run_dir: Path) -> list[Path]:
@@ -30,13 +34,16 @@ def evaluated_downstream_dirs(run_dir: Path) -> list[Path]:
 def plot_finetuning(run_dir: Path, path: Path) -> tuple[Path | None, list[str]]:
     """`path` (one row of panels per downstream task) and summary lines; (None, []) without downstream phases."""
     panels, lines = [], []
-    for phase in evaluated_downstream_dirs(run_dir):
-        task = downstream_name(phase, "finetune")
+    names = {phase: downstream_name(phase, "finetune") for phase in evaluated_downstream_dirs(run_dir)}
+    compared = {name.removeprefix(SCRATCH_PREFIX) for name in names.values() if name.startswith(SCRATCH_PREFIX)}
+    for phase, task in names.items():
+        title = phase_title("finetune", phase.name, task.removeprefix(SCRATCH_PREFIX),
+                            task.removeprefix(SCRATCH_PREFIX) in compared)
         evals = read_csv(inside(phase / "eval.csv", run_dir))[1]
         train = read_csv(inside(phase / "train.csv", run_dir))[1]
-        panels.append(_return_panel(task, evals))
-        panels += [Panel(f"{task}\n{title}", label, [Curve(*series(train, key), fmt=".-")])
-                   for key, (title, label) in TRAIN_DIAGNOSTICS.items() if has(train, key)]
+        panels.append(_return_panel(title, evals))
+        panels += [Panel(f"{title}\n{what}", label, [Curve(*series(train, key), fmt=".-")])
+                   for key, (what, label) in TRAIN_DIAGNOSTICS.items() if has(train, key)]
         lines += _lines(task, evals, train)
     if not panels:
         return None, []
@@ -44,11 +51,12 @@ def plot_finetuning(run_dir: Path, path: Path) -> tuple[Path | None, list[str]]:
     return path, lines
 
 
-def _return_panel(task: str, evals: Rows) -> Panel:
-    twin = Curve(*series(evals, "success_rate"), "success rate", "s:", "tab:green") if has(evals, "success_rate") \
+def _return_panel(title: str, evals: Rows) -> Panel:
+    twin = Curve(*series(evals, "success_rate"), SUCCESS_LABEL, "s:", "tab:green") if has(evals, "success_rate") \
         else None
-    return Panel(f"{task}\nevaluation", "return", [Curve(*series(evals, "episode_reward"), "return", "o-")],
-                 twin=twin)
+    return Panel(f"{title}\nevaluation", RETURN_LABEL,
+                 [Curve(*series(evals, "episode_reward"), "evaluation return", "o-")], twin=twin,
+                 twin_ylim=(0.0, 1.05))
 
 
 def _lines(task: str, evals: Rows, train: Rows) -> list[str]:

@@ -17,7 +17,10 @@ if TYPE_CHECKING:
 
 STYLE = {"figure.dpi": 100, "savefig.dpi": 100, "savefig.bbox": "tight", "axes.grid": True, "grid.alpha": 0.3,
          "legend.fontsize": "small"}  # matplotlib rcParams
-PANEL_INCHES = (5.0, 3.5)  # width, height of one panel of `plot_curves`
+PANEL_INCHES = (5.0, 3.5)  # width, height of one panel of `plot_curves` with a one-line title and no legend
+LINE_INCHES = 0.22  # the height a panel grows by per line of its legend, and of its title beyond the first
+LONG_LABEL = 30  # characters: a legend with a longer label has one column
+SHARED_LEGEND_COLUMNS = 4
 
 
 @contextmanager
@@ -67,44 +70,73 @@ class Panel:
     levels: Sequence[Level] = ()
     ylim: tuple[float, float] | None = None
     twin: Curve | None = None
+    twin_ylim: tuple[float, float] | None = None
+    xlabel: str = "environment frames"
 
 
 def plot_curves(panels: Sequence[Panel], paths: Sequence[Path], title: str | None = None,
                 cols: int = 3) -> list[Path]:
-    """Draw `panels` in rows of at most `cols` and save the figure to each of `paths`."""
+    """Draw `panels` (`curves_figure`) and save the figure to each of `paths`."""
+    with style():
+        return save(curves_figure(panels, title, cols), paths)
+
+
+def curves_figure(panels: Sequence[Panel], title: str | None = None, cols: int = 3) -> Figure:
+    """`panels` in rows of at most `cols`; call inside `style()`. Legends sit outside the data: one below the
+    figure when every panel has the same entries, else one below each panel."""
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
 
     cols = min(cols, len(panels))
     rows = math.ceil(len(panels) / cols)
-    with style():
-        fig = Figure(figsize=(PANEL_INCHES[0] * cols, PANEL_INCHES[1] * rows), layout="constrained")
-        FigureCanvasAgg(fig)
-        axes = fig.subplots(rows, cols, squeeze=False).ravel()
-        for ax, panel in zip(axes, panels, strict=False):
-            _draw(ax, panel)
-        for ax in axes[len(panels):]:  # the unused panels of the last row
-            ax.set_visible(False)
-        if title:
-            fig.suptitle(title)
-        return save(fig, paths)
+    fig = Figure(figsize=(PANEL_INCHES[0] * cols, PANEL_INCHES[1] * rows), layout="constrained")
+    FigureCanvasAgg(fig)
+    axes = fig.subplots(rows, cols, squeeze=False).ravel()
+    legends = [_draw(ax, panel) for ax, panel in zip(axes, panels, strict=False)]
+    for ax in axes[len(panels):]:  # the unused panels of the last row
+        ax.set_visible(False)
+    labels = [labels for _, labels in legends]
+    if len(panels) > 1 and labels[0] and all(other == labels[0] for other in labels):
+        fig.legend(*legends[0], loc="outside lower center", ncols=min(len(labels[0]), SHARED_LEGEND_COLUMNS))
+        legend_lines = math.ceil(len(labels[0]) / SHARED_LEGEND_COLUMNS) / rows
+    else:
+        legend_lines = max(_panel_legend(ax, *legend) for ax, legend in zip(axes, legends, strict=False))
+    extra_lines = legend_lines + max(panel.title.count("\n") for panel in panels)  # lines beyond one title's
+    fig.set_size_inches(PANEL_INCHES[0] * cols, (PANEL_INCHES[1] + LINE_INCHES * extra_lines) * rows)
+    if title:
+        fig.suptitle(title)
+    return fig
 
 
-def _draw(ax: Axes, panel: Panel) -> None:
+def _panel_legend(ax: Axes, handles: list, labels: list[str]) -> int:
+    """A legend below `ax`, in two columns where its labels are short; its number of lines."""
+    if not labels:
+        return 0
+    columns = 2 if max(len(label) for label in labels) <= LONG_LABEL else 1
+    ax.legend(handles, labels, loc="upper center", bbox_to_anchor=(0.5, -0.2), ncols=columns, frameon=False)
+    return sum(label.count("\n") + 1 for label in labels[::columns])
+
+
+def _draw(ax: Axes, panel: Panel) -> tuple[list, list[str]]:
+    """Draw `panel` on `ax`; its legend's handles and labels (the twin axis's included)."""
     for curve in panel.curves:
         _line(ax, curve)
     for level in panel.levels:
         ax.axhline(level.value, color=level.color, linestyle="--", label=level.label)
-    ax.set(title=panel.title, xlabel="environment frames", ylabel=panel.ylabel)
+    ax.set(title=panel.title, xlabel=panel.xlabel, ylabel=panel.ylabel)
     if panel.ylim is not None:
         ax.set_ylim(panel.ylim)
+    handles, labels = ax.get_legend_handles_labels()
     if panel.twin is not None:
         twin = ax.twinx()
         twin.grid(False)
         _line(twin, panel.twin)
-        twin.set_ylabel(panel.twin.label, color=panel.twin.color)
-    if ax.get_legend_handles_labels()[0]:
-        ax.legend()
+        twin.set_ylabel(panel.twin.label, color=panel.twin.color or "black")
+        if panel.twin_ylim is not None:
+            twin.set_ylim(panel.twin_ylim)
+        more_handles, more_labels = twin.get_legend_handles_labels()
+        handles, labels = handles + more_handles, labels + more_labels
+    return handles, labels
 
 
 def _line(ax: Axes, curve: Curve) -> None:

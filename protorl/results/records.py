@@ -108,6 +108,7 @@ class Record:
     values: np.ndarray  # (evals,) the metric at those frames, e.g. the mean eval episode return
     status: str
     path: Path
+    title: str = ""  # the method as the docs name it (`method_title`); empty: `method`
 
     @property
     def final(self) -> float:
@@ -152,6 +153,23 @@ def method_label(cfg: DictConfig, group_by: list[str], run_dir: Path) -> str:
     return " ".join(f"{key}={value}" for key, value in zip(group_by, values, strict=True))
 
 
+def method_title(cfg: DictConfig, scratch: bool, downstream: bool) -> str:
+    """The method of a run's phase as the docs name it: e.g. "Proto-RL pre-trained" and "Proto-RL online" (no
+    pre-training) downstream, "SAC from scratch" (DrQ from states), "Proto-RL" for a pre-training; the agent's
+    name for an agent no longer registered."""
+    from protorl.agents import registered_agents
+
+    name = str(cfg.agent.name)
+    agent = registered_agents().get(name)
+    if agent is None:
+        return name
+    title = agent.method_title(str(cfg.get("obs", "pixels")))
+    if not downstream or not agent.supports("pretrain"):
+        return title
+    pretrained = not scratch and (cfg.get("snapshot") or cfg.get("pretrain_sweep") or cfg.get("pretrain_frames", 1))
+    return f"{title} {'pre-trained' if pretrained else 'online'}"
+
+
 def read_curve(path: Path, column: str) -> tuple[np.ndarray, np.ndarray]:
     """(frames, column) of a CSV sorted by frames; rows with a missing value are skipped."""
     points = sorted(zip(*series(read_csv(path)[1], column), strict=True))
@@ -177,8 +195,10 @@ def read_records(run_dir: Path, group_by: list[str], metric: Metric = RETURN) ->
         frames, values = read_curve(inside(phase / metric.csv_name, run_dir), metric.column)
         inside(phase / RESULT_FILE, run_dir)
         status = NOT_EVALUATED if not len(frames) else COMPLETE if read_result(phase) is not None else RUNNING
-        label = f"{method} {WITHOUT_PRETRAINING}" if phase.name == scratch_dir_name(task) else method
-        records.append(Record(label, str(cfg.agent.name), task, int(cfg.seed), frames, values, status, phase))
+        scratch = phase.name == scratch_dir_name(task)
+        label = f"{method} {WITHOUT_PRETRAINING}" if scratch else method
+        title = method_title(cfg, scratch, metric.downstream) if group_by == ["agent.name"] else label
+        records.append(Record(label, str(cfg.agent.name), task, int(cfg.seed), frames, values, status, phase, title))
     return records
 
 

@@ -14,20 +14,43 @@ if TYPE_CHECKING:
 
 
 def plot_run(results: list[PhaseResult], path: Path) -> Path:
-    """One panel per phase: episode reward (train and eval) and the mean intrinsic reward."""
-    plot_curves([_phase_panel(result) for result in results], [path], cols=len(results))
+    """`run_panels` side by side, saved to `path`."""
+    plot_curves(run_panels(results), [path], cols=len(results))
     return path
 
 
-def _phase_panel(result: PhaseResult) -> Panel:
+def run_panels(results: list[PhaseResult]) -> list[Panel]:
+    """One panel per phase: the evaluation and training episode returns, and the mean intrinsic reward."""
+    scratch = {r.task for r in results if r.out_dir.name == scratch_dir_name(r.task)}
+    return [_phase_panel(result, result.task in scratch) for result in results]
+
+
+def phase_title(phase: str, dir_name: str, task: str, compared: bool) -> str:
+    """A phase's panel title: what it learned from, and its task. `compared`: the task is also fine-tuned without
+    pre-training in the run, so its other fine-tuning starts from the snapshot."""
+    if phase == "pretrain":
+        return f"pre-training without task reward\n{task}"
+    if dir_name == scratch_dir_name(task):
+        return f"fine-tuning without pre-training\n{task}"
+    return f"fine-tuning{' from the snapshot' if compared else ''}\n{task}"
+
+
+RETURN_LABEL = "episode return (higher is better)"
+INTRINSIC_LABEL = "intrinsic reward per step (episode mean)"
+
+
+def _phase_panel(result: PhaseResult, compared: bool) -> Panel:
+    """Pre-training: its intrinsic reward (the task reward is hidden); downstream: the returns, the intrinsic
+    reward on a second axis."""
     train = read_csv(result.out_dir / "train.csv")[1]
     evals = read_csv(result.out_dir / "eval.csv")[1]
-    curves = [Curve(*series(train, "episode_reward"), "train episode reward", "o-")]
-    if evals:
-        curves.append(Curve(*series(evals, "episode_reward"), "eval episode reward", "s-"))
-    intrinsic = Curve(*series(train, "intr_reward_mean"), "intrinsic reward (mean)", "--", "tab:red")
-    return Panel(f"{result.phase}: {result.task}", "episode reward", curves,
-                 twin=intrinsic if intrinsic.frames else None)
+    title = phase_title(result.phase, result.out_dir.name, result.task, compared)
+    intrinsic = Curve(*series(train, "intr_reward_mean"), INTRINSIC_LABEL, ".--", "tab:red")
+    returns = [Curve(*series(evals, "episode_reward"), "evaluation return", "s-")] if evals else []
+    if result.phase == "pretrain" and not returns:
+        return Panel(title, INTRINSIC_LABEL, [intrinsic] if intrinsic.frames else [])
+    returns.append(Curve(*series(train, "episode_reward"), "training episode return", "o-"))
+    return Panel(title, RETURN_LABEL, returns, twin=intrinsic if intrinsic.frames else None)
 
 
 def summary(results: list[PhaseResult], plot: Path) -> str:

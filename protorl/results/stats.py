@@ -83,7 +83,9 @@ def plot_profiles(matrices: Scores, reps: int, colors: dict[str, str], paths: li
     with style():
         fig = Figure(figsize=(7.0, 4.5), layout="constrained")
         FigureCanvasAgg(fig)
-        plot_utils.plot_performance_profiles(profiles, taus, performance_profile_cis=cis, ax=fig.add_subplot(),
-                                             colors=colors, xlabel=r"normalised score $\tau$", legend=True,
-                                             legendsize="small")
+        ax = fig.add_subplot()
+        plot_utils.plot_performance_profiles(profiles, taus, performance_profile_cis=cis, ax=ax, colors=colors,
+                                             xlabel=r"normalised score $\tau$ (a curve further up and right is better)",
+                                             legend=False)
+        fig.legend(*ax.get_legend_handles_labels(), loc="outside lower center", ncols=min(len(matrices), 3))
         return save(fig, paths)

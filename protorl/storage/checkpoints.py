@@ -35,6 +35,11 @@ def list_checkpoints(directory: Path) -> list[Path]:
     return [path for _, path in sorted(found)]
 
 
+def checkpoint_frames(path: Path) -> int:
+    """The frames a checkpoint was written at, from its name `checkpoint_<frames>.pt`."""
+    return int(CHECKPOINT_NAME.fullmatch(path.name)[1])
+
+
 def drop_checkpoints(directory: Path) -> None:
     """Delete a completed phase's checkpoints (the directory too, once empty)."""
     for path in list_checkpoints(directory):

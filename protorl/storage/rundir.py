@@ -42,7 +42,7 @@ RUN_DATA = (CONFIG_FILE, "curves.png", "analysis", PRETRAIN_DIR, "wandb_id.txt",
 RUN_DATA_PREFIXES = (DOWNSTREAM_DIR,)  # finetune/ and finetune_<task>/
 # keys that may differ between the commands that write one directory
 RERUN_FREE_KEYS = frozenset({
-    "resume", "start_over", "keep_checkpoints", "run_dir", "device", "fast_malloc", "progress_bar",
+    "resume", "start_over", "keep_checkpoints", "run_dir", "device", "fast_malloc", "progress_bar", "max_hours",
     "overlap_env_step", "replay_on_device",  # the same results either way
     "checkpoint_every_frames", "checkpoint_every_minutes", "checkpoint_keep",
     "wandb", "wandb_project", "wandb_entity", "wandb_group", "save_video", "video_size",

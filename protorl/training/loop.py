@@ -17,13 +17,13 @@ from protorl.agents import make_agent
 from protorl.config import EVAL_SEED_OFFSET, Config
 from protorl.envs import TimeStep, make_env
 from protorl.envs.thread import EnvThread
-from protorl.errors import CheckpointError, TrainingDiverged
+from protorl.errors import CheckpointError, RunInterrupted, TrainingDiverged
 from protorl.logs.logger import Logger
 from protorl.logs.tracking import PhaseTracker
 from protorl.replay import ReplayBuffer, frames_device
 from protorl.runtime import resolve_device, set_seed
 from protorl.storage.atomic import remove_partial_writes
-from protorl.storage.checkpoints import drop_checkpoints, list_checkpoints, load_newest_checkpoint
+from protorl.storage.checkpoints import checkpoint_frames, drop_checkpoints, list_checkpoints, load_newest_checkpoint
 from protorl.storage.snapshots import check_architecture, check_spec
 from protorl.training.callbacks import Callback
 from protorl.training.callbacks.analyses import phase_analyses, runs_analyses
@@ -31,6 +31,7 @@ from protorl.training.callbacks.checkpointing import Checkpoints
 from protorl.training.callbacks.evaluation import Evaluation
 from protorl.training.callbacks.progress import ProgressLog
 from protorl.training.callbacks.snapshotting import Snapshots
+from protorl.training.interrupt import StopRequest, stop_request
 from protorl.training.pretrain_data import mixed_batch, relabelled_replay
 from protorl.training.result import PhaseResult
 from protorl.training.rng_state import capture_rngs, restore_rngs
@@ -89,6 +90,7 @@ class Trainer:
         self._rng = np.random.default_rng(cfg.seed)  # the seed transitions' uniform-random actions
         self._elapsed_before = 0.0  # wall time of the run before a resume
         self._start = time.time()
+        self.checkpoints = Checkpoints(cfg, self.checkpoint_dir, self.state_dict)
         # in the order their hooks run: evaluation and snapshots before a step; at an episode's end the train.csv
         # row, the analyses, then a checkpoint of what they all did
         self.callbacks: list[Callback] = [
@@ -97,7 +99,7 @@ class Trainer:
             ProgressLog(cfg, self.total_steps * self.env.action_repeat, self.env.action_repeat, self.agent,
                         self.logger, self.result, self.elapsed),
             phase_analyses(cfg, phase, self.env, self.agent, self.replay, self.logger, out_dir),
-            Checkpoints(cfg, self.checkpoint_dir, self.state_dict),
+            self.checkpoints,
         ]
 
     @property
@@ -109,32 +111,19 @@ class Trainer:
         return self._elapsed_before + time.time() - self._start
 
     def run(self) -> PhaseResult:
-        """Train to the phase's frame budget (from a resumed checkpoint, if one was loaded)."""
+        """Train to the phase's frame budget (from a resumed checkpoint, if one was loaded). Ctrl-C stops it at
+        the next episode end after a checkpoint there, a second Ctrl-C at once: `RunInterrupted`, saying where."""
         self._start = time.time()
         self._notify("on_phase_start", self.frames)
         try:
-            time_step = self._begin_episode()
-            while self.agent_steps < self.total_steps:
-                self._notify("before_step", self.frames)
-                seeding = self.agent_steps < self.cfg.seed_transitions
-                action = self._act(time_step, seeding)
-                stepping = self.env_thread.step(action)  # the update never reads this transition: may overlap
-                if not seeding and len(self.replay) > 0 and self.agent_steps % self.cfg.update_every_steps == 0:
-                    for _ in range(self.cfg.updates_per_step):
-                        self._update()
-                time_step = self._observed(stepping.result())
-                self.replay.add(time_step.frame, action, time_step.reward, time_step.discount,
-                                self._kept_state(time_step))
-                self.agent_steps += 1
-                self._notify("on_time_step", time_step)
-                if time_step.last:
-                    self.result.episodes += 1
-                    self.check_finite()  # before the episode's row, analyses and checkpoint
-                    self._notify("on_episode_end", self.frames)
-                    time_step = self._begin_episode()
-            self.check_finite()
-            self._notify("on_phase_end", self.frames)
+            with stop_request() as stop:
+                self._loop(stop)
+        except RunInterrupted:
+            raise
+        except KeyboardInterrupt:
+            raise RunInterrupted(self._interrupted()) from None
         finally:
+            self._notify("close")
             self.env_thread.close()
             self.callbacks = []  # they hold this Trainer's methods: without the cycle it is freed when dropped
         self.logger.close()
@@ -143,7 +132,51 @@ class Trainer:
         self.result.save()
         if not self.cfg.keep_checkpoints:
             drop_checkpoints(self.checkpoint_dir)
+        if stop.requested:  # Ctrl-C after the last episode end: the phase is complete, the run stops here
+            raise RunInterrupted(f"interrupted at the end of {self.phase} on {self.task}, which is complete; rerun "
+                                 "the same command to continue with what follows it")
         return self.result
+
+    def _loop(self, stop: StopRequest) -> None:
+        """Agent steps to the phase's budget; at an episode end after Ctrl-C, a checkpoint and `RunInterrupted`."""
+        time_step = self._begin_episode()
+        while self.agent_steps < self.total_steps:
+            self._notify("before_step", self.frames)
+            seeding = self.agent_steps < self.cfg.seed_transitions
+            action = self._act(time_step, seeding)
+            stepping = self.env_thread.step(action)  # the update never reads this transition: may overlap
+            if not seeding and len(self.replay) > 0 and self.agent_steps % self.cfg.update_every_steps == 0:
+                for _ in range(self.cfg.updates_per_step):
+                    self._update()
+            time_step = self._observed(stepping.result())
+            self.replay.add(time_step.frame, action, time_step.reward, time_step.discount,
+                            self._kept_state(time_step))
+            self.agent_steps += 1
+            self._notify("on_time_step", time_step)
+            if time_step.last:
+                self.result.episodes += 1
+                self.check_finite()  # before the episode's row, analyses and checkpoint
+                self._notify("on_episode_end", self.frames)
+                if stop.requested:
+                    if self._newest_checkpoint_frames() != self.frames:
+                        self.checkpoints.save(self.frames)
+                    raise RunInterrupted(self._interrupted())
+                time_step = self._begin_episode()
+        self.check_finite()
+        self._notify("on_phase_end", self.frames)
+
+    def _newest_checkpoint_frames(self) -> int | None:
+        checkpoints = list_checkpoints(self.checkpoint_dir)
+        return checkpoint_frames(checkpoints[-1]) if checkpoints else None
+
+    def _interrupted(self) -> str:
+        """Where Ctrl-C stopped the phase and where a rerun resumes it."""
+        where = f"{self.phase} on {self.task} interrupted at frame {self.frames} of {self.total_frames}"
+        newest = self._newest_checkpoint_frames()
+        if newest is None:
+            return f"{where}, before its first checkpoint; rerunning the same command starts this phase again"
+        return (f"{where}; the last checkpoint is at frame {newest} ({list_checkpoints(self.checkpoint_dir)[-1]}); "
+                "rerun the same command to resume from it")
 
     def _act(self, time_step: TimeStep, seeding: bool) -> np.ndarray:
         """A policy sample; while seeding, a uniform-random action (unless the pre-trained actor seeds)."""

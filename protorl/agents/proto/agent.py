@@ -104,6 +104,7 @@ class ProtoAgent(Agent):
     candidates, in its three modes (pre-training, downstream on the frozen representation, online)."""
 
     name = "proto"
+    title = "Proto-RL"
     config_class = ProtoConfig
     # intr_reward_share (downstream and online): the intrinsic part of the batch's reward (`intrinsic_share`)
     metrics = ("repr_loss", "intr_reward_mean", "intr_reward_std", "extr_reward_mean", "intr_reward_share",

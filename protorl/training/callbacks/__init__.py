@@ -30,6 +30,9 @@ class Callback:
     def on_phase_end(self, frames: int) -> None:
         """The loop reached the phase's budget of `frames`; the phase's result is written next."""
 
+    def close(self) -> None:
+        """The loop has stopped, at the phase's end or not (Ctrl-C, an error): release what it holds open."""
+
     def state_dict(self) -> dict:
         """Its entries of a checkpoint (tensors and plain data)."""
         return {}

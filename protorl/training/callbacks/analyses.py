@@ -30,13 +30,14 @@ import torch
 import torch.nn.functional as F
 
 from protorl.agents.capabilities import Prototypes
-from protorl.config import Config
+from protorl.config import Config, downstream_tasks
 from protorl.envs import Env, Simulated, TimeStep, make_env
 from protorl.errors import CheckpointError
 from protorl.exploration.coverage import coverage_entropy, coverage_spec, histogram, visited_fraction
 from protorl.exploration.maps import (
     MAP_DOMAINS,
     closest_samples,
+    landmarks,
     map_paths,
     render_map,
     reward_field,
@@ -77,6 +78,7 @@ class AnalysisMonitor(Callback):
         self.map_dir = out_dir / "maps"
         draws_maps = self.spec is not None and env.domain in MAP_DOMAINS
         self.walls = wall_rectangles(env.physics) if draws_maps else None
+        self.landmarks = landmarks(env.domain, downstream_tasks(cfg)) if draws_maps else None
         self.random_policy = None  # the coverage of a uniform-random policy over the same frames
         if self.spec is not None and cfg.random_reference:
             self.random_policy = RandomPolicyCoverage(env.task, env.action_repeat, self.spec, cfg.seed)
@@ -166,8 +168,7 @@ class AnalysisMonitor(Callback):
         if self.probe_env is not None:  # before the queue holds k candidates, an empty panel of the same size
             reward = (reward_field(self._score, self.probe_env, self.spec, self.walls) if self.agent.can_score
                       else np.full(self.spec.shape, np.nan))
-        image = render_map(self.counts, self.spec, self.walls, prototype_xy, f"state visitation, {frames} frames",
-                           reward)
+        image = render_map(self.counts, self.spec, self.walls, prototype_xy, frames, reward, self.landmarks)
         self.map_dir.mkdir(parents=True, exist_ok=True)
         iio.imwrite(self.map_dir / f"map_{frames}.png", image)
         self.logger.log_image("maps/visitation", image, frames)

@@ -41,7 +41,8 @@ class ProgressLog(Callback):
         self.rows.advance(self.result.episodes)
         self.bar = tqdm(total=self.total_frames, initial=frames, unit="frame",
                         desc=f"{self.result.phase} {self.result.task}", disable=not self.cfg.progress_bar,
-                        dynamic_ncols=True, mininterval=1.0 if sys.stderr.isatty() else 30.0)
+                        dynamic_ncols=True, mininterval=1.0 if sys.stderr.isatty() else 30.0,
+                        smoothing=0)  # the remaining time from the average speed: a slow stretch moves it little
 
     def on_time_step(self, time_step: TimeStep) -> None:
         if time_step.first:
@@ -65,8 +66,9 @@ class ProgressLog(Callback):
             self._warn_if_collapsed(row)
         self.bar.set_postfix(episode_reward=f"{self.episode_reward:.1f}", fps=f"{fps:.0f}")
 
-    def on_phase_end(self, frames: int) -> None:
-        self.bar.close()
+    def close(self) -> None:
+        if self.bar is not None:
+            self.bar.close()
 
     def _warn_if_collapsed(self, row: dict) -> None:
         """One warning per phase, the first time a logged row shows a collapsed representation."""
