@@ -151,7 +151,7 @@ def run(cfg: DictConfig, command: str) -> None:
     try:
         results = run_checked(config, command, pretrained)
         plot = plot_run(results, run_dir / "curves.png")
-        print(summary(results, plot), flush=True)
+        print(summary(results, plot, config.comparison_note), flush=True)
         if (run_dir / PRETRAIN_DIR / "analysis.csv").is_file():  # what protorl-analyze RUN_DIR prints and plots
             print(analyze_run(run_dir), flush=True)
     except TrainingDiverged as error:  # a ProtorlError, with its own exit status

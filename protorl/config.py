@@ -114,6 +114,9 @@ class Config:
     # also fine-tune each downstream task without pre-training, the same frames, in `finetune_scratch_<task>/`:
     # the agent's online mode (Proto-RL: appendix H), for the comparison that shows what pre-training bought
     compare_without_pretraining: bool = False
+    # a line printed under that comparison: what one seed of these settings can show (the main job's: measured on
+    # seeds it was not chosen on, docs/results/main-job.md); None: no line
+    comparison_note: str | None = None
     seed: int = 1
     device: str = "auto"  # auto: CUDA when available, else CPU
     # how the task is observed (appendix C.1)

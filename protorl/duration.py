@@ -112,17 +112,19 @@ def estimate_duration(cfg: Config, command: str, snapshot_given: bool = False) -
 def check_duration(cfg: Config, command: str, snapshot_given: bool = False,
                    estimate: RunDuration | None = None) -> RunDuration | None:
     """Raise `ConfigError` if the run's estimate (`estimate`, or `estimate_duration`'s) exceeds `max_hours`,
-    naming what to run instead; the estimate (logged) otherwise, or None where the run is not timed. A command
+    naming what to run instead; the estimate (logged when made here) otherwise, or None where the run is not timed. A command
     checks its config twice (before Hydra writes, then when it runs): the second finds the first's estimate."""
     key = (repr(dataclasses.replace(cfg, run_dir="")), command)
-    estimate = estimate or _estimated.pop(key, None) or estimate_duration(cfg, command, snapshot_given)
+    known = estimate or _estimated.pop(key, None)
+    estimate = known or estimate_duration(cfg, command, snapshot_given)
     if estimate is None:
         return None
     if cfg.max_hours is not None and estimate.seconds > cfg.max_hours * HOUR_S:
         raise ConfigError(f"this run would take {estimate.describe()}, more than max_hours={cfg.max_hours:g}: for "
                           "a run that ends in minutes run protorl-train (the main job) or add preset=small; on a "
                           "GPU the paper's settings take hours; to start this run anyway, add max_hours=null")
-    log.info("estimated wall time: %s", estimate.describe())
+    if known is None:  # said once per command
+        log.info("estimated wall time: %s", estimate.describe())
     _estimated.clear()
     _estimated[key] = estimate
     return estimate

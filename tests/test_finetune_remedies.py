@@ -165,9 +165,12 @@ def test_train_compares_with_the_same_fine_tuning_without_pretraining(tmp_path):
     assert any(row["repr_loss"] for row in _rows(scratch / "train.csv"))  # the representation learns: online
     lines = [line for line in result.stdout.splitlines() if "point_mass_easy" in line and "return" in line]
     assert [("no pre-training" in line, "pre-trained" in line) for line in lines] == [(False, True), (True, False)]
+    assert "within seed noise" not in result.stdout
     rerun = run("train", *STATES, "pretrain_frames=2000", "finetune_frames=2000", "compare_without_pretraining=true",
-                run_dir=run_dir)
+                "comparison_note='one seed: within seed noise here'", run_dir=run_dir)  # a note: not another run
     assert rerun.returncode == 0 and "already complete" in rerun.stderr + rerun.stdout
+    rerun_lines = rerun.stdout.splitlines()  # the note follows the comparison it is about
+    assert "no pre-training" in rerun_lines[rerun_lines.index("  one seed: within seed noise here") - 1]
     (scratch / "left.txt").write_text("from the run before")
     again = run("train", *STATES, "pretrain_frames=2000", "finetune_frames=2000", "compare_without_pretraining=true",
                 "seed=2", "start_over=true", run_dir=run_dir)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import textwrap
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -53,8 +54,9 @@ def _phase_panel(result: PhaseResult, compared: bool) -> Panel:
     return Panel(title, RETURN_LABEL, returns, twin=intrinsic if intrinsic.frames else None)
 
 
-def summary(results: list[PhaseResult], plot: Path) -> str:
-    """Per phase: its frames, episodes, time and speed, eval rewards, snapshots and logs; then the plot."""
+def summary(results: list[PhaseResult], plot: Path, comparison_note: str | None = None) -> str:
+    """Per phase: its frames, episodes, time and speed, eval rewards, snapshots and logs; then the plot, and the
+    fine-tuning comparison followed by `comparison_note`."""
     lines = ["", "protorl run summary (frames are environment frames)"]
     for r in results:
         lines.append(f"  {r.phase:<9} {r.task:<24} {r.frames:>8} frames  {r.episodes:>4} episodes  "
@@ -67,7 +69,10 @@ def summary(results: list[PhaseResult], plot: Path) -> str:
         logs = [r.out_dir / name for name in ("train.csv", "eval.csv", "tb") if (r.out_dir / name).exists()]
         lines.append(f"            logs: {', '.join(map(str, logs))}")
     lines.append(f"  curves: {plot}")
-    lines += comparison(results)
+    compared = comparison(results)
+    lines += compared
+    if compared and comparison_note:
+        lines += textwrap.wrap(comparison_note, width=116, initial_indent="  ", subsequent_indent="  ")
     return "\n".join(lines)
 
 
