@@ -9,6 +9,7 @@ import csv
 import hashlib
 import math
 import os
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -64,11 +65,14 @@ def run(command: str, *overrides: str, run_dir: Path, **popen) -> subprocess.Com
 
 
 def start(command: str, *overrides: str, run_dir: Path, output: bool = False) -> subprocess.Popen:
-    """Start a command in the background, its output discarded, or kept for `communicate()` with `output`."""
+    """Start a command in the background, its output discarded, or kept for `communicate()` with `output`. Ctrl-C
+    (SIGINT) reaches it as it reaches a command typed in a terminal, also where the tests themselves were started
+    in the background by a shell, which ignores SIGINT for them and their children."""
     run_dir.parent.mkdir(parents=True, exist_ok=True)
     stream = subprocess.PIPE if output else subprocess.DEVNULL
     return subprocess.Popen(command_line(command, *overrides, run_dir=run_dir), env=environment(),
-                            cwd=run_dir.parent, stdout=stream, stderr=stream, text=output)
+                            cwd=run_dir.parent, stdout=stream, stderr=stream, text=output,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
 
 
 def assert_ok(result: subprocess.CompletedProcess) -> None:

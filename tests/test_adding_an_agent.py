@@ -109,5 +109,5 @@ def test_without_the_package_the_name_is_refused_listing_the_agents(tmp_path):
     result = subprocess.run(command_line("pretrain", *STATES_SHARED, "agent=toy", run_dir=tmp_path / "none"),
                             capture_output=True, text=True, timeout=TIMEOUT_S, env=environment(), cwd=tmp_path,
                             check=False)
-    assert_user_error(result, "agent/toy", *BUILT_IN)
+    assert_user_error(result, "agent=toy: no such agent", *BUILT_IN)
     assert not (tmp_path / "none").exists()

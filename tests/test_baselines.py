@@ -303,7 +303,7 @@ def test_snapshot_of_another_agent_is_refused(tmp_path: Path):
 
 
 @pytest.mark.parametrize(("command", "overrides", "fragment"), [
-    ("train", ["agent=bogus"], "Available options in 'agent'"),
+    ("train", ["agent=bogus"], "agent=bogus: no such agent; the agents are"),
     ("pretrain", ["agent=drq"], "DrQ learns from the task reward only"),
     ("train", [*tiny_agent("icm"), "pretrain_frames=0"], "learns its representation only in pre-training"),
 ])

@@ -187,7 +187,7 @@ def test_resume_false_over_data_is_refused_and_start_over_starts_again(straight,
     ("+agent.batchsize=3", "batchsize"), ("+pretrain_frame=100", "pretrain_frame"), ("nokey=1", "nokey"),
     ("seed=abc", "seed"), ("seed=-1", "seed"), ("seed=5000000000", "seed"), ("seed=5e9", "seed"),
     ("camera_id=99", "camera_id"), ("agent.lr=nan", "agent.lr"), ("replay_capacity=1", "replay_capacity"),
-    ("pretrain_frames=100", "no agent update"), ("agent=nope", "agent/nope"),
+    ("pretrain_frames=100", "no agent update"), ("agent=nope", "agent=nope: no such agent"),
 ])
 def test_bad_input_is_one_line_and_writes_nothing(tmp_path, override, named):
     run_dir = tmp_path / "never"

@@ -90,7 +90,7 @@ class Trainer:
         self._rng = np.random.default_rng(cfg.seed)  # the seed transitions' uniform-random actions
         self._elapsed_before = 0.0  # wall time of the run before a resume
         self._start = time.time()
-        self.checkpoints = Checkpoints(cfg, self.checkpoint_dir, self.state_dict)
+        self.checkpoints: Checkpoints | None = Checkpoints(cfg, self.checkpoint_dir, self.state_dict)
         # in the order their hooks run: evaluation and snapshots before a step; at an episode's end the train.csv
         # row, the analyses, then a checkpoint of what they all did
         self.callbacks: list[Callback] = [
@@ -125,7 +125,8 @@ class Trainer:
         finally:
             self._notify("close")
             self.env_thread.close()
-            self.callbacks = []  # they hold this Trainer's methods: without the cycle it is freed when dropped
+            # they hold this Trainer's methods: without the cycle it is freed when dropped
+            self.callbacks, self.checkpoints = [], None
         self.logger.close()
         self.result.frames = self.frames
         self.result.wall_time_s = self.elapsed()
