@@ -169,6 +169,8 @@ def test_train_compares_with_the_same_fine_tuning_without_pretraining(tmp_path):
     rerun = run("train", *STATES, "pretrain_frames=2000", "finetune_frames=2000", "compare_without_pretraining=true",
                 "comparison_note='one seed: within seed noise here'", run_dir=run_dir)  # a note: not another run
     assert rerun.returncode == 0 and "already complete" in rerun.stderr + rerun.stdout
+    phases = [line.split()[0] for line in result.stdout.splitlines() if " frames " in line and "episodes" in line]
+    assert phases == ["pretrain", "finetune", "scratch"]  # the summary tells the two fine-tunings apart
     rerun_lines = rerun.stdout.splitlines()  # the note follows the comparison it is about
     assert "no pre-training" in rerun_lines[rerun_lines.index("  one seed: within seed noise here") - 1]
     (scratch / "left.txt").write_text("from the run before")

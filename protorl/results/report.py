@@ -59,7 +59,8 @@ def summary(results: list[PhaseResult], plot: Path, comparison_note: str | None 
     fine-tuning comparison followed by `comparison_note`."""
     lines = ["", "protorl run summary (frames are environment frames)"]
     for r in results:
-        lines.append(f"  {r.phase:<9} {r.task:<24} {r.frames:>8} frames  {r.episodes:>4} episodes  "
+        phase = "scratch" if r.out_dir.name == scratch_dir_name(r.task) else r.phase  # fine-tuned, no pre-training
+        lines.append(f"  {phase:<9} {r.task:<24} {r.frames:>8} frames  {r.episodes:>4} episodes  "
                      f"{r.wall_time_s / 60:6.1f} min  ({r.frames / max(r.wall_time_s, 1e-9):.0f} fps)")
         if r.eval_rewards:
             curve = ", ".join(f"{frames}: {reward:.1f}" for frames, reward in r.eval_rewards)
