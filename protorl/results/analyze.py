@@ -29,7 +29,8 @@ from protorl.storage.layout import CONFIG_FILE, PRETRAIN_DIR, RESULT_FILE
 
 COVERAGE_KEYS = {  # column -> (legend, line format)
     "coverage/entropy": ("agent: normalised entropy of the visited states", "o-"),
-    "coverage/replay_entropy": ("agent: normalised entropy of the replay buffer", "s--"),
+    # the same as the visited states' until the buffer wraps: a line without markers, so both stay visible
+    "coverage/replay_entropy": ("agent: normalised entropy of the replay buffer", "--"),
     "coverage/visited_fraction": ("agent: fraction of cells visited", "^-"),
     "coverage/random_entropy": ("uniform-random policy: normalised entropy", "o:"),
     "coverage/random_visited_fraction": ("uniform-random policy: fraction of cells visited", "^:"),
