@@ -112,8 +112,9 @@ def estimate_duration(cfg: Config, command: str, snapshot_given: bool = False) -
 def check_duration(cfg: Config, command: str, snapshot_given: bool = False,
                    estimate: RunDuration | None = None) -> RunDuration | None:
     """Raise `ConfigError` if the run's estimate (`estimate`, or `estimate_duration`'s) exceeds `max_hours`,
-    naming what to run instead; the estimate (logged when made here) otherwise, or None where the run is not timed. A command
-    checks its config twice (before Hydra writes, then when it runs): the second finds the first's estimate."""
+    naming what to run instead; the estimate (logged when made here) otherwise, or None where the run is not timed.
+    A command checks its config twice (before Hydra writes, then when it runs): the second finds the first's
+    estimate."""
     key = (repr(dataclasses.replace(cfg, run_dir="")), command)
     known = estimate or _estimated.pop(key, None)
     estimate = known or estimate_duration(cfg, command, snapshot_given)

@@ -46,7 +46,7 @@ RERUN_FREE_KEYS = frozenset({
     "overlap_env_step", "replay_on_device",  # the same results either way
     "checkpoint_every_frames", "checkpoint_every_minutes", "checkpoint_keep",
     "wandb", "wandb_project", "wandb_entity", "wandb_group", "save_video", "video_size",
-    "max_hours", "comparison_note",
+    "comparison_note",
 })
 
 SNAPSHOT_PLACES = frozenset({"snapshot", "pretrain_sweep"})  # where a snapshot lives, once its content is recorded
