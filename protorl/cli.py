@@ -21,7 +21,7 @@ from pathlib import Path
 
 import hydra
 from hydra.core.config_store import ConfigStore
-from hydra.errors import HydraException, MissingConfigException
+from hydra.errors import HydraException, MissingConfigException, OverrideParseException
 from hydra.experimental.callback import Callback
 from omegaconf import DictConfig, OmegaConf, open_dict
 from omegaconf.errors import OmegaConfBaseException
@@ -211,8 +211,6 @@ def _hydra_entry(main, command: str) -> None:
     """Run the Hydra main function of `command`: `--help` prints `command_help`; Hydra's own user errors (an unknown
     key, a value of the wrong type, a missing config group option, an unparsable override) end as one
     `protorl: error:` line, exit status 2."""
-    from hydra.errors import OverrideParseException
-
     if {"--help", "-h"} & set(sys.argv[1:]):
         print(command_help(command))
         return
@@ -235,8 +233,8 @@ def _missing_option(error: MissingConfigException) -> str:
     group, _, name = (error.missing_cfg_file or "").rpartition("/")
     if not group or not error.options:
         return _one_line(error)
-    options = error.options
-    return f"{group}={name}: no such {group}{did_you_mean(name, options)}; the {group}s are {', '.join(options)}"
+    return (f"{group}={name}: no such {group}{did_you_mean(name, error.options)}; the {group}s are "
+            f"{', '.join(error.options)}")
 
 
 def _unparsable(override: str, message: str) -> str:
