@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import itertools
 import logging
 import math
 import os
@@ -175,19 +176,30 @@ def _exit_interrupted(interrupt: KeyboardInterrupt) -> None:
     sys.exit(INTERRUPTED_STATUS)
 
 
+BASIC_SWEEPER = "hydra._internal.core_plugins.basic_sweeper.BasicSweeper"  # Hydra's default sweeper, by name
+
+
 def _sweep_jobs(config: DictConfig) -> list[list[str]] | None:
     """The overrides of each job of a multirun, in the order Hydra's basic sweeper launches them (the experiment's
-    `hydra.sweeper.params`, then the command line's); None for another sweeper."""
-    from hydra._internal.core_plugins.basic_sweeper import BasicSweeper  # Hydra's own expansion, not a copy of it
+    `hydra.sweeper.params`, then the command line's; a key given twice takes its last value, in its first place;
+    the product of the sweeps, the last varying fastest); None for another sweeper."""
     from hydra.core.global_hydra import GlobalHydra
     from hydra.core.override_parser.overrides_parser import OverridesParser
 
-    if config.hydra.sweeper.get("_target_") != f"{BasicSweeper.__module__}.{BasicSweeper.__name__}":
+    if config.hydra.sweeper.get("_target_") != BASIC_SWEEPER:
         return None
     params = [f"{key}={value}" for key, value in (config.hydra.sweeper.get("params") or {}).items()]
     parser = OverridesParser.create(config_loader=GlobalHydra.instance().config_loader())
-    overrides = parser.parse_overrides(params + list(config.hydra.overrides.task))
-    return [job for batch in BasicSweeper.split_arguments(overrides, None) for job in batch]
+    choices: dict[str, list[str]] = {}
+    for override in parser.parse_overrides(params + list(config.hydra.overrides.task)):
+        key = override.get_key_element()
+        if override.is_sweep_override():
+            if not override.is_discrete_sweep():
+                raise HydraException(f"the basic sweeper does not support sweep type: {override.value_type.name}")
+            choices[key] = [f"{key}={value}" for value in override.sweep_string_iterator()]
+        else:
+            choices[key] = [f"{key}={override.get_value_element_as_str()}"]
+    return [list(job) for job in itertools.product(*choices.values())]
 
 
 def _exit_with(error: Exception | str, status: int = 2) -> None:

@@ -2,18 +2,20 @@
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import re
+import subprocess
+import sys
 
+import numpy as np
 import pytest
 
-os.environ.setdefault("MUJOCO_GL", "egl")
+from protorl.envs import EXTRA_TASKS, DMCEnv, check_task, list_tasks, split_task
+from protorl.envs.dmc import _suite
+from protorl.replay import ReplayBuffer
 
-import numpy as np  # noqa: E402
-from dm_control import suite  # noqa: E402
-
-from protorl.envs import EXTRA_TASKS, DMCEnv, check_task, list_tasks, split_task  # noqa: E402
-from protorl.replay import ReplayBuffer  # noqa: E402
+suite = _suite()  # dm_control's suite, imported as protorl imports it
 
 
 @pytest.fixture(scope="module")
@@ -210,3 +212,13 @@ def test_protorl_tasks_describes_every_task_by_domain(capsys):
     out = capsys.readouterr().out
     assert "walker: a planar biped\n" in out
     assert re.search(r"\n  point_mass_maze_reach_top_left +reach the top-left corner, in the start square", out)
+
+
+@pytest.mark.skipif(importlib.util.find_spec("triton") is None, reason="triton is not installed (torch's CPU builds)")
+def test_rendering_with_egl_then_building_an_optimiser_runs_where_triton_is_installed():
+    """CUDA builds of torch install triton, which crashed the process when first imported after Mesa's EGL had
+    loaded; torch imports it when it builds an optimiser."""
+    code = ("from protorl.envs.dmc import _suite\nenv = _suite().load('point_mass', 'easy')\nenv.reset()\n"
+            "env.physics.render(32, 32)\nimport torch\ntorch.optim.Adam([torch.zeros(1, requires_grad=True)])\n")
+    done = subprocess.run([sys.executable, "-c", code], env={**os.environ, "MUJOCO_GL": "egl"}, timeout=300)
+    assert done.returncode == 0

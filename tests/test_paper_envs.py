@@ -2,20 +2,17 @@
 
 from __future__ import annotations
 
-import os
-
+import numpy as np
 import pytest
 
-os.environ.setdefault("MUJOCO_GL", "egl")
+from protorl.envs import DMCEnv, check_task, list_tasks
+from protorl.envs import point_mass_maze as maze
+from protorl.envs.dmc import _suite
+from protorl.envs.reach_duplo import BRICK_POSITIONS
+from protorl.envs.walker_tasks import TASKS as WALKER_TASKS
+from protorl.storage.snapshots import SnapshotError, check_spec
 
-import numpy as np  # noqa: E402
-from dm_control import suite  # noqa: E402
-
-from protorl.envs import DMCEnv, check_task, list_tasks  # noqa: E402
-from protorl.envs import point_mass_maze as maze  # noqa: E402
-from protorl.envs.reach_duplo import BRICK_POSITIONS  # noqa: E402
-from protorl.envs.walker_tasks import TASKS as WALKER_TASKS  # noqa: E402
-from protorl.storage.snapshots import SnapshotError, check_spec  # noqa: E402
+suite = _suite()  # dm_control's suite, imported as protorl imports it
 
 MAZE_TASKS = ["point_mass_maze_explore"] + [f"point_mass_maze_{suffix}" for suffix in maze.TARGETS]
 NEW_TASKS = MAZE_TASKS + list(WALKER_TASKS) + ["reach_duplo", *BRICK_POSITIONS]

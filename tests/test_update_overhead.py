@@ -1,10 +1,9 @@
 """The update without per-op overhead computes what the plain PyTorch forms compute, bit for bit, and never
-waits for the device: the policy distribution, Adam, the collapse diagnostics, the logged averages, and the count
+waits for the device: the policy distribution, the collapse diagnostics, the logged averages, and the count
 of host synchronisations in every agent's update."""
 
 from __future__ import annotations
 
-import copy
 import math
 
 import numpy as np
@@ -16,7 +15,6 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from protorl.agents import BUILT_IN
 from protorl.agents.diagnostics import projection_diagnostics
 from protorl.agents.networks import Actor
-from protorl.agents.optim import FusedAdam
 from protorl.logs.logger import Logger
 from protorl.replay import ReplayBuffer
 from tests.agents import POINT_MASS_ACTION_SHAPE, tiny_agent, update
@@ -54,51 +52,6 @@ def test_squashed_normal_is_torch_distributions_tanh_normal_bit_for_bit():
         assert torch.equal(sample, reference.sample())
     inside = torch.rand(64, 3) * 1.8 - 0.9  # actions it did not sample: the log-density through atanh
     assert torch.equal(dist.log_prob(inside), reference.log_prob(inside))
-
-
-def _train(net, optimizer, steps: int, seed: int) -> None:
-    generator = torch.Generator().manual_seed(seed)
-    for _ in range(steps):
-        optimizer.zero_grad(set_to_none=True)
-        net(torch.randn(32, 8, generator=generator)).square().mean().backward()
-        optimizer.step()
-
-
-def test_fused_adam_steps_bitwise_as_torch_adam_and_shares_its_state_dict():
-    torch.manual_seed(0)
-    net = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.ReLU(), torch.nn.Linear(16, 2))
-    ours_net, torch_net = copy.deepcopy(net), copy.deepcopy(net)
-    ours, reference = FusedAdam(ours_net.parameters(), 1e-3), torch.optim.Adam(torch_net.parameters(), lr=1e-3,
-                                                                                 fused=True)
-    _train(ours_net, ours, 12, seed=1)
-    _train(torch_net, reference, 12, seed=1)
-    assert all(torch.equal(a, b) for a, b in zip(ours_net.parameters(), torch_net.parameters(), strict=True))
-    # a checkpoint of one loads into the other, and both go on identically
-    resumed_net = copy.deepcopy(ours_net)
-    resumed = FusedAdam(resumed_net.parameters(), 1e-3)
-    resumed.load_state_dict(copy.deepcopy(reference.state_dict()))  # as a checkpoint holds it: its own tensors
-    _train(resumed_net, resumed, 5, seed=2)
-    _train(torch_net, reference, 5, seed=2)
-    assert all(torch.equal(a, b) for a, b in zip(resumed_net.parameters(), torch_net.parameters(), strict=True))
-    assert torch.equal(resumed.state_dict()["state"][0]["step"], reference.state_dict()["state"][0]["step"])
-
-
-def test_fused_adam_leaves_a_parameter_without_gradient_as_torch_adam_does():
-    torch.manual_seed(0)
-    used, unused = torch.nn.Linear(4, 4), torch.nn.Linear(4, 4)
-    nets = [copy.deepcopy((used, unused)) for _ in range(2)]
-    optimizers = [FusedAdam([*nets[0][0].parameters(), *nets[0][1].parameters()], 1e-2),
-                  torch.optim.Adam([*nets[1][0].parameters(), *nets[1][1].parameters()], lr=1e-2, fused=True)]
-    for step in range(4):
-        for (a, b), optimizer in zip(nets, optimizers, strict=True):
-            optimizer.zero_grad(set_to_none=True)
-            x = torch.ones(2, 4) * (step + 1)
-            loss = a(x).sum() + (b(x).sum() if step < 2 else 0.0)  # b has no gradient from step 2 on
-            loss.backward()
-            optimizer.step()
-    for ours, reference in zip([*nets[0][0].parameters(), *nets[0][1].parameters()],
-                               [*nets[1][0].parameters(), *nets[1][1].parameters()], strict=True):
-        assert torch.equal(ours, reference)
 
 
 def test_distinct_prototypes_counts_what_torch_unique_counts():
@@ -172,15 +125,3 @@ def test_updates_wait_for_the_device_at_most_twice(name, obs_type):
             with _CountSyncs() as counter:
                 update(agent, replay, step)
             assert len(counter.syncs) <= 2, (mode, step, counter.syncs)
-
-
-def test_fused_adam_copy_steps_its_own_parameters():
-    torch.manual_seed(0)
-    net = torch.nn.Linear(4, 2)
-    optimizer = FusedAdam(net.parameters(), 1e-2)
-    _train_linear = lambda n, o: (o.zero_grad(), n(torch.ones(3, 4)).sum().backward(), o.step())  # noqa: E731
-    _train_linear(net, optimizer)
-    net_copy, optimizer_copy = copy.deepcopy((net, optimizer))
-    before = net.weight.detach().clone()
-    _train_linear(net_copy, optimizer_copy)
-    assert torch.equal(net.weight, before) and not torch.equal(net_copy.weight, before)

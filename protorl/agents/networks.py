@@ -190,11 +190,12 @@ class Critic(nn.Module):
 
 @torch.no_grad()
 def soft_update(online: nn.Module, target: nn.Module, tau: float) -> None:
-    """target <- tau * online + (1 - tau) * target, every parameter in one multi-tensor call."""
+    """target <- tau * online + (1 - tau) * target, for every parameter."""
     targets, sources = list(target.parameters()), list(online.parameters())
     if len(targets) != len(sources):
         raise ValueError(f"target has {len(targets)} parameters, online {len(sources)}")
-    torch._foreach_lerp_(targets, sources, tau)
+    for target_param, source in zip(targets, sources, strict=True):
+        target_param.lerp_(source, tau)
 
 
 def log_prob_sum(dist: SquashedNormal, action: torch.Tensor) -> torch.Tensor:

@@ -8,6 +8,7 @@ discount stays 1 there, so learning bootstraps through it.
 
 from __future__ import annotations
 
+import importlib.util
 import os
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -29,6 +30,11 @@ if TYPE_CHECKING:
 def _suite():
     """Import dm_control's suite, choosing headless EGL rendering unless the user chose a backend."""
     os.environ.setdefault("MUJOCO_GL", "egl")
+    if os.environ["MUJOCO_GL"] == "egl" and importlib.util.find_spec("triton") is not None:
+        # Triton (which CUDA builds of torch install) crashes the process when first imported after Mesa's EGL has
+        # loaded (seen with torch 2.15.0 on a CPU): imported first, both work. torch imports it on its first
+        # optimiser or compiled module.
+        import triton  # noqa: F401
     from dm_control import suite
 
     return suite
