@@ -81,10 +81,15 @@ def _unknown_keys(node: DictConfig, schema: type, prefix: str = "") -> list[str]
     return unknown
 
 
+# A single run's config as `ValidateBeforeRun.on_run_start` checked it, by (command, run directory): what `run` uses
+_checked_before_run: dict[tuple[str, str], tuple[Config, dict | None]] = {}
+
+
 class ValidateBeforeRun(Callback):
     """Hydra callback: check the config and the run directory before Hydra writes into it, so a typo or a
-    mismatched rerun writes nothing (`run` checks again and claims the directory); in a sweep, every job's before
-    the first starts, so a bad value in one job stops the sweep before any job has run."""
+    mismatched rerun writes nothing (`run` then runs the checked config and claims the directory); in a sweep,
+    every job's config before the first starts, so a bad value in one job stops the sweep before any job has run
+    (each job checks the memory and time it needs when it starts, on the machine it runs on)."""
 
     def on_multirun_start(self, config: DictConfig, **kwargs) -> None:
         from hydra.core.global_hydra import GlobalHydra
@@ -125,13 +130,14 @@ class ValidateBeforeRun(Callback):
 
         keys = [key for key in config if key not in ("hydra", "run_dir")]
         user_config = OmegaConf.merge(OmegaConf.masked_copy(config, keys), {"run_dir": config.hydra.run.dir})
-        checked, _ = checked_config(user_config, config.hydra.job.name, config.hydra.overrides.task)
+        checked, pretrained = checked_config(user_config, config.hydra.job.name, config.hydra.overrides.task)
         try:
             check_run_dir(checked)
         except ConfigError as error:
             _exit_with(_one_line(error))
         except Exception as error:  # Hydra would turn it into a warning and run unchecked
             _exit_with(f"checking the run directory failed: {_one_line(error)}", status=1)
+        _checked_before_run[(config.hydra.job.name, str(Path(config.hydra.run.dir).resolve()))] = checked, pretrained
 
 
 def run(cfg: DictConfig, command: str) -> None:
@@ -147,7 +153,8 @@ def run(cfg: DictConfig, command: str) -> None:
     from protorl.results.report import plot_run, summary
     from protorl.storage.layout import PRETRAIN_DIR
 
-    config, pretrained = checked_config(cfg, command, HydraConfig.get().overrides.task)
+    checked = _checked_before_run.pop((command, str(Path(cfg.run_dir).resolve())), None)  # checked before Hydra wrote
+    config, pretrained = checked or checked_config(cfg, command, HydraConfig.get().overrides.task)
     run_dir = Path(config.run_dir).resolve()
     try:
         results = run_checked(config, command, pretrained)

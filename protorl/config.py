@@ -188,3 +188,14 @@ def downstream_tasks(cfg: Config) -> list[str]:
     """The tasks fine-tuned after one pre-training: `finetune_envs`, or `env` alone."""
     return list(cfg.finetune_envs) or [cfg.env]
 
+
+def runs_analyses(cfg: Config, phase: str) -> bool:
+    """Whether `phase` ("pretrain" or "finetune") runs the exploration analyses: pre-training with
+    `analysis_every_frames`."""
+    return phase == "pretrain" and cfg.analysis_every_frames is not None
+
+
+def keeps_physical_states(cfg: Config, phase: str) -> bool:
+    """Whether the replay buffer of `phase` keeps every frame's physical state: for the analyses, or for a
+    snapshot's replay (`snapshot_replay`), which fine-tuning relabels with a task's reward."""
+    return runs_analyses(cfg, phase) or (phase == "pretrain" and cfg.snapshot_replay)

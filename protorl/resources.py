@@ -30,17 +30,15 @@ import torch
 from torch.overrides import TorchFunctionMode
 
 from protorl.agents import agent_config, make_agent
-from protorl.config import AgentConfig, Config, ConfigError
+from protorl.config import AgentConfig, Config, ConfigError, keeps_physical_states
 from protorl.envs import Env, make_env
 from protorl.phases import planned_phases
 from protorl.replay import Batch, ReplayBuffer, frames_device
 from protorl.runtime import resolve_device
 from protorl.storage.atomic import payload_bytes
-from protorl.training.callbacks.analyses import runs_analyses
 
 GIB = 2**30
 log = logging.getLogger("protorl")
-_passed: dict[tuple[str, str], list[MemoryEstimate]] = {}  # the last config that passed, for its second check
 
 
 @dataclass(frozen=True)
@@ -81,8 +79,7 @@ def phase_estimates(cfg: Config, command: str, pretrained: dict | None = None) -
             env.reset()  # from pixels, its renderer starts
             _load_libraries(cfg)
             process = max(process, resident_bytes())
-            keeps_states = runs_analyses(cfg, name) or (name == "pretrain" and cfg.snapshot_replay)
-            slot = _replay_bytes_per_slot(env, keeps_states)
+            slot = _replay_bytes_per_slot(env, keeps_physical_states(cfg, phase.phase))
             device_frames = cfg.replay_capacity * math.prod(env.frame_shape) * env.frame_dtype.itemsize
             agent_bytes = _agent_peak_bytes(cfg, env, phase.agent_mode)
         finally:
@@ -109,10 +106,8 @@ def check_memory(cfg: Config, command: str, pretrained: dict | None = None) -> M
     """Raise `ConfigError` if a phase's estimate exceeds the memory available now (the host's; on a GPU, the agent
     goes to the GPU's free memory), or its replay buffer the memory this machine has; the largest phase's
     estimate otherwise. The host's side is skipped where the operating system does not say how much memory there
-    is. A command checks its config twice (before Hydra writes, then when it runs): the second finds the first's
-    estimates here instead of building them again."""
-    key = (repr(dataclasses.replace(cfg, run_dir="")), command)  # the config names its snapshot by path and content
-    estimates = _passed.pop(key, None) or phase_estimates(cfg, command, pretrained)
+    is."""
+    estimates = phase_estimates(cfg, command, pretrained)
     device = resolve_device(cfg.device)
     memory = _meminfo()
     for estimate in estimates:
@@ -149,8 +144,6 @@ def check_memory(cfg: Config, command: str, pretrained: dict | None = None) -> M
                               f"{advice[largest]}")
         log.debug("memory at the peak of %s, estimated: %.2f GiB of the host's (%s)%s", estimate.phase, host / GIB,
                   parts, f", {on_device / GIB:.2f} GiB of {device}" if on_device else "")
-    _passed.clear()
-    _passed[key] = estimates
     return max(estimates, key=lambda estimate: estimate.total)
 
 

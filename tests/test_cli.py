@@ -6,6 +6,8 @@ episode), a tiny agent and one intra-op thread, so that each subprocess takes se
 
 from __future__ import annotations
 
+import subprocess
+
 import pytest
 import torch
 from omegaconf import OmegaConf
@@ -13,7 +15,18 @@ from omegaconf import OmegaConf
 from protorl.agents import ProtoAgent
 from protorl.logs.logger import EPISODE_COLUMNS, EVAL_COLUMNS
 from protorl.storage.snapshots import load_snapshot
-from tests.runs import TINY, assert_finite_floats, assert_ok, assert_user_error, read_csv, read_rows, run
+from tests.runs import (
+    TIMEOUT_S,
+    TINY,
+    assert_finite_floats,
+    assert_ok,
+    assert_user_error,
+    command_line,
+    environment,
+    read_csv,
+    read_rows,
+    run,
+)
 
 pytestmark = pytest.mark.slow  # the slow tier: this module runs protorl's commands or real training
 
@@ -263,3 +276,35 @@ def test_same_seed_reproduces_the_run(pretrain_run, tmp_path):
     for part in ("encoder", "head", "actor"):
         for name, tensor in snapshots[0][part].items():
             assert torch.equal(tensor, snapshots[1][part][name]), (part, name)
+
+
+COUNTING = """
+import atexit, sys
+import protorl.commands as commands
+counts = {"check": 0, "load_snapshot": 0}
+def counted(name, function):
+    def call(*args, **kwargs):
+        counts[name] += 1
+        return function(*args, **kwargs)
+    return call
+commands.check = counted("check", commands.check)
+commands.load_snapshot = counted("load_snapshot", commands.load_snapshot)
+atexit.register(lambda: print("counts", counts["check"], counts["load_snapshot"]))
+from protorl.cli import finetune
+sys.argv[0] = "protorl-finetune"
+finetune()
+"""
+
+
+def test_a_command_checks_its_config_and_reads_its_snapshot_once(pretrain_run, tmp_path):
+    """The check before Hydra writes is the one the run uses: one checking pass, one read of the snapshot."""
+    pretrain_dir, pretrain_result = pretrain_run
+    assert_ok(pretrain_result)
+    snapshot = pretrain_dir / "pretrain" / "snapshots" / "snapshot_1000.pt"
+    run_dir = tmp_path / "finetune_once"
+    line = command_line("finetune", *TINY, "env=point_mass_hard", f"snapshot={snapshot}", "finetune_frames=1000",
+                        run_dir=run_dir)
+    result = subprocess.run([line[0], "-c", COUNTING, *line[3:]], capture_output=True, text=True,
+                            timeout=TIMEOUT_S, env=environment(), cwd=tmp_path)
+    assert_ok(result)
+    assert "counts 1 1" in result.stdout.splitlines()[-1], result.stdout[-2000:]

@@ -14,7 +14,7 @@ from pathlib import Path
 import numpy as np
 
 from protorl.agents import make_agent
-from protorl.config import EVAL_SEED_OFFSET, Config
+from protorl.config import EVAL_SEED_OFFSET, Config, keeps_physical_states
 from protorl.envs import TimeStep, make_env
 from protorl.envs.thread import EnvThread
 from protorl.errors import CheckpointError, RunInterrupted, TrainingDiverged
@@ -24,9 +24,9 @@ from protorl.replay import ReplayBuffer, frames_device
 from protorl.runtime import resolve_device, set_seed
 from protorl.storage.atomic import remove_partial_writes
 from protorl.storage.checkpoints import checkpoint_frames, drop_checkpoints, list_checkpoints, load_newest_checkpoint
-from protorl.storage.snapshots import check_architecture, check_spec
+from protorl.storage.snapshots import check_architecture
 from protorl.training.callbacks import Callback
-from protorl.training.callbacks.analyses import phase_analyses, runs_analyses
+from protorl.training.callbacks.analyses import phase_analyses
 from protorl.training.callbacks.checkpointing import Checkpoints
 from protorl.training.callbacks.evaluation import Evaluation
 from protorl.training.callbacks.progress import ProgressLog
@@ -58,7 +58,6 @@ class Trainer:
                                 self.device, mode)
         if pretrained is not None:
             source = Path(pretrained.get("path", "<snapshot>"))
-            check_spec(source, pretrained["env_spec"], self.env.spec())
             check_architecture(source, pretrained["config"].get("agent", {}), cfg.agent)
             self.agent.load_pretrained(pretrained["agent"])
         # downstream from a snapshot, the pre-trained exploration actor collects the seed transitions (the paper's
@@ -73,7 +72,7 @@ class Trainer:
             rewarded = int((self.pretrain_data.rewards != 0).sum())
             log.info("pre-training data: %d transitions, %d with a reward of %s", len(self.pretrain_data),
                      rewarded, task)
-        keeps_states = runs_analyses(cfg, phase) or (phase == "pretrain" and cfg.snapshot_replay)
+        keeps_states = keeps_physical_states(cfg, phase)
         frames_nbytes = cfg.replay_capacity * math.prod(self.env.frame_shape) * self.env.frame_dtype.itemsize
         self.replay = ReplayBuffer(self.env.frame_shape, self.env.frame_dtype, self.env.action_shape,
                                    cfg.replay_capacity, self.env.frame_stack, seed=cfg.seed,

@@ -30,7 +30,7 @@ import torch
 import torch.nn.functional as F
 
 from protorl.agents.capabilities import Prototypes
-from protorl.config import Config, downstream_tasks
+from protorl.config import Config, downstream_tasks, runs_analyses
 from protorl.envs import Env, Simulated, TimeStep, make_env
 from protorl.errors import CheckpointError
 from protorl.exploration.coverage import coverage_entropy, coverage_spec, histogram, visited_fraction
@@ -221,12 +221,6 @@ class NoAnalyses(Callback):
     def load_state_dict(self, checkpoint: dict) -> None:
         if checkpoint["monitor"] is not None:
             raise CheckpointError(OTHER_SETTINGS.format("on"))
-
-
-def runs_analyses(cfg: Config, phase: str) -> bool:
-    """Whether `phase` runs the analyses (pre-training with `analysis_every_frames`): its replay keeps every
-    frame's physical state for them."""
-    return phase == "pretrain" and cfg.analysis_every_frames is not None
 
 
 def phase_analyses(cfg: Config, phase: str, env: Env, agent, replay: ReplayBuffer, logger: Logger,
