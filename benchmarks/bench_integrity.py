@@ -30,7 +30,7 @@ import torch
 from hydra import compose, initialize_config_module
 from omegaconf import OmegaConf
 
-import protorl.cli  # noqa: F401  (registers the config schemas that the commands compose with)
+import protorl.app.cli  # noqa: F401  (registers the config schemas that the commands compose with)
 from protorl.agents import make_agent
 from protorl.config import Config
 from protorl.envs import make_env

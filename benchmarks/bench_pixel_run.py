@@ -109,7 +109,7 @@ class Timers:
 def _worker(overrides: list[str], out: Path) -> None:
     """Run protorl-pretrain with `overrides`, timed; write the figures as JSON to `out`."""
     import protorl
-    from protorl.cli import pretrain
+    from protorl.app.cli import pretrain
 
     timers = Timers()
     for module, cls, method, component in TIMED:

@@ -1,4 +1,4 @@
-"""Time of the state probe's ridge regression (`protorl.probe.ridge_r2`) on features the size of the pixel
+"""Time of the state probe's ridge regression (`protorl.exploration.probe.ridge_r2`) on features the size of the pixel
 encoder's output (32 x 35 x 35 = 39,200 per frame), for several frame counts: the cost of one row of
 `protorl-probe` and of each in-run probe, without the frames' collection and the encoder's forward passes.
 
@@ -30,7 +30,7 @@ import json, sys, time
 import numpy as np, torch
 frames, features, state_dim, threads = (int(a) for a in sys.argv[1:5])
 torch.set_num_threads(threads)
-from protorl.probe import ridge_r2
+from protorl.exploration.probe import ridge_r2
 rng = np.random.default_rng(0)
 states = rng.normal(size=(frames, state_dim))
 x = np.maximum(states @ rng.normal(size=(state_dim, features)) + rng.normal(size=(frames, features)), 0)

@@ -101,9 +101,9 @@ def main() -> None:
         parser.error("--episodes must be at least 2")
     every = args.every or max(1, args.episodes // 25)
 
+    from protorl.app.validate import validate
     from protorl.training import Trainer, prepare_process
     from protorl.training.callbacks import Callback
-    from protorl.validate import validate
 
     samples: list[tuple[int, int, float, int, bool]] = []  # (episode, frames, rss MB, gc objects, ring wrapped)
     start = time.time()

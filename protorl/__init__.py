@@ -1,8 +1,8 @@
 """protorl: Proto-RL (Yarats, Fergus, Lazaric, Pinto, ICML 2021) in PyTorch.
 
-From Python: `protorl.pretrain`, `protorl.finetune`, `protorl.train` (`protorl.commands`) run what the commands
+From Python: `protorl.pretrain`, `protorl.finetune`, `protorl.train` (`protorl.app.commands`) run what the commands
 run; `protorl.load_pretrained` (`protorl.pretrained`) reads a snapshot into a frozen encoder and actor, and
-`protorl.probe_snapshot` (`protorl.probe`) measures what its encoder knows of the physical state
+`protorl.probe_snapshot` (`protorl.results.probe`) measures what its encoder knows of the physical state
 (`protorl.probe_snapshots` for several snapshots, sharing their frames).
 """
 
@@ -11,10 +11,10 @@ from importlib.metadata import version
 
 __version__ = version("protorl")  # one place: pyproject.toml, as installed
 
-_API = {"pretrain": "protorl.commands", "finetune": "protorl.commands", "train": "protorl.commands",
+_API = {"pretrain": "protorl.app.commands", "finetune": "protorl.app.commands", "train": "protorl.app.commands",
         "load_pretrained": "protorl.pretrained",
-        "probe_snapshot": "protorl.probe",
-        "probe_snapshots": "protorl.probe"}  # imported on first use: `import protorl` stays light
+        "probe_snapshot": "protorl.results.probe",
+        "probe_snapshots": "protorl.results.probe"}  # imported on first use: `import protorl` stays light
 
 
 def __getattr__(name: str):

@@ -1,7 +1,7 @@
 """Typed run configuration with the paper's defaults (appendix C, table 1).
 
 Units: every `*_frames` value counts environment frames; an agent step is `action_repeat` frames.
-The Hydra YAML files in `protorl/conf/` build on this schema; `protorl.validate` checks values at start-up.
+The Hydra YAML files in `protorl/conf/` build on this schema; `protorl.app.validate` checks values at start-up.
 """
 
 from __future__ import annotations
@@ -162,7 +162,7 @@ class Config:
     wandb_entity: str | None = None  # None: your default W&B entity
     wandb_group: str | None = None  # e.g. one group per sweep
     progress_bar: bool = True
-    # refuse a run whose wall time, estimated on this machine before it starts (protorl/duration.py), exceeds this
+    # refuse a run whose wall time, estimated on this machine before it starts (protorl/app/duration.py), exceeds this
     # many hours; null: no limit
     max_hours: float | None = 24.0
     threads: int | None = None  # torch intra-op threads; None leaves torch's default (one per core)

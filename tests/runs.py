@@ -50,7 +50,7 @@ TIMING_COLUMNS = {"fps", "total_time_s", "analysis/time_s"}
 
 def command_line(command: str, *overrides: str, run_dir: Path) -> list[str]:
     """`protorl-<command>` (through its console-script function) with Hydra overrides, in `run_dir`."""
-    return [sys.executable, "-c", f"from protorl.cli import {command}; {command}()", *overrides,
+    return [sys.executable, "-c", f"from protorl.app.cli import {command}; {command}()", *overrides,
             f"hydra.run.dir={run_dir}"]
 
 

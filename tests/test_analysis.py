@@ -14,7 +14,8 @@ import numpy as np
 import pytest
 import torch
 
-from protorl.cli import analyze
+from protorl.app.cli import analyze
+from protorl.app.validate import validate
 from protorl.config import Config, ConfigError
 from protorl.envs import DMCEnv
 from protorl.errors import CheckpointError, ResultsError
@@ -40,7 +41,6 @@ from protorl.replay import ReplayBuffer
 from protorl.results.analyze import analyze_run
 from protorl.training import Trainer
 from protorl.training.callbacks.analyses import AnalysisMonitor
-from protorl.validate import validate
 from tests.agents import tiny_config as tiny_agent_config
 from tests.runs import TINY, assert_ok, read_csv, run
 

@@ -280,7 +280,7 @@ def test_same_seed_reproduces_the_run(pretrain_run, tmp_path):
 
 COUNTING = """
 import atexit, sys
-import protorl.commands as commands
+import protorl.app.commands as commands
 counts = {"check": 0, "load_snapshot": 0}
 def counted(name, function):
     def call(*args, **kwargs):
@@ -290,7 +290,7 @@ def counted(name, function):
 commands.check = counted("check", commands.check)
 commands.load_snapshot = counted("load_snapshot", commands.load_snapshot)
 atexit.register(lambda: print("counts", counts["check"], counts["load_snapshot"]))
-from protorl.cli import finetune
+from protorl.app.cli import finetune
 sys.argv[0] = "protorl-finetune"
 finetune()
 """

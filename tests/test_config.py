@@ -8,8 +8,8 @@ import pytest
 import torch
 
 from protorl.agents.proto.agent import ProtoConfig
+from protorl.app.validate import check_named_env, validate
 from protorl.config import AgentConfig, Config, ConfigError
-from protorl.validate import check_named_env, validate
 from tests.agents import update
 
 # -- validation --------------------------------------------------------------------------------------
@@ -190,7 +190,7 @@ def test_composed_cli_configs(config_name, paper_scale):
     """The YAML files: pretrain/finetune default to the paper preset, train to the main job (preset=demo)."""
     from hydra import compose, initialize_config_module
 
-    import protorl.cli  # noqa: F401  (registers the structured schema)
+    import protorl.app.cli  # noqa: F401  (registers the structured schema)
 
     with initialize_config_module(config_module="protorl.conf", version_base="1.3"):
         cfg = compose(config_name=config_name)
@@ -215,7 +215,7 @@ def test_composed_cli_configs(config_name, paper_scale):
 def test_proto_paper_pins_the_published_algorithm_under_any_preset(preset):
     from hydra import compose, initialize_config_module
 
-    import protorl.cli  # noqa: F401
+    import protorl.app.cli  # noqa: F401
 
     with initialize_config_module(config_module="protorl.conf", version_base="1.3"):
         paper = compose(config_name="pretrain", overrides=[f"preset={preset}", "agent=proto_paper"])

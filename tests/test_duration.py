@@ -8,9 +8,9 @@ import sys
 
 import pytest
 
+from protorl.app.duration import PhaseDuration, RunDuration, check_duration, env_steps_of, updates_of
+from protorl.app.phases import planned_phases
 from protorl.config import ConfigError
-from protorl.duration import PhaseDuration, RunDuration, check_duration, env_steps_of, updates_of
-from protorl.phases import planned_phases
 from protorl.training import Trainer
 from tests.agents import tiny
 from tests.runs import assert_user_error, environment, read_csv
@@ -42,7 +42,7 @@ def test_a_run_longer_than_max_hours_is_refused_with_what_to_run_instead(tmp_pat
 
 def newcomer(command: str, cwd, timeout: float) -> subprocess.CompletedProcess:
     """`protorl-<command>` with no arguments, as a newcomer types it, in an empty directory, without a GPU."""
-    return subprocess.run([sys.executable, "-c", f"from protorl.cli import {command}; {command}()"], cwd=cwd,
+    return subprocess.run([sys.executable, "-c", f"from protorl.app.cli import {command}; {command}()"], cwd=cwd,
                           env={**environment(), "CUDA_VISIBLE_DEVICES": ""}, capture_output=True, text=True,
                           timeout=timeout)
 

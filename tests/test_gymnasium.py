@@ -94,7 +94,7 @@ def test_a_gymnasium_id_that_does_not_exist_is_one_clear_error(tmp_path):
 def test_a_checkpointed_random_state_continues_the_same_episodes():
     """What a checkpoint keeps of a Gymnasium task (its generator) makes a fresh environment start the next
     episode where the first would have."""
-    from protorl.gym.wrap import GymnasiumEnv
+    from protorl.envs.gymnasium_env import GymnasiumEnv
 
     first = GymnasiumEnv("gym:InvertedPendulum-v5", obs="states", action_repeat=2, seed=3)
     first.reset()
@@ -109,8 +109,8 @@ def test_a_checkpointed_random_state_continues_the_same_episodes():
 def test_a_camera_on_a_gymnasium_environment_is_refused_in_plain_words():
     """A Gymnasium environment renders its own view: a camera_id is refused saying so (not "cameras 0 to -1")."""
     from protorl.agents.proto.agent import ProtoConfig
+    from protorl.app.validate import validate
     from protorl.config import Config, ConfigError
-    from protorl.validate import validate
 
     config = Config(agent=ProtoConfig(), env="gym:InvertedPendulum-v5", obs="states", camera_id=0)
     with pytest.raises(ConfigError, match="has no cameras to choose from") as info:

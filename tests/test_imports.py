@@ -74,3 +74,39 @@ def test_no_import_cycle_in_the_package():
     graph = {name: imported_modules(path) for name, path in MODULES.items()}
     assert "protorl.config" in graph and graph["protorl.training"], "the import graph was not read"
     assert find_cycle(graph) is None, " -> ".join(find_cycle(graph))
+
+
+# The package's rooms from the ground up: a module imports only modules of its own room or of rooms below it
+# (docs/layout.md draws them). The package's face (protorl/__init__.py) hands the API on lazily and is not a room.
+FLOORS = (
+    ("protorl.errors", "protorl.replay"),
+    ("protorl.config", "protorl.envs"),
+    ("protorl.agents", "protorl.logs", "protorl.gym", "protorl.runtime"),
+    ("protorl.storage", "protorl.exploration"),
+    ("protorl.training", "protorl.pretrained"),
+    ("protorl.results",),
+    ("protorl.app", "protorl.conf"),
+)
+
+
+def floor_of(module: str) -> int:
+    for floor, rooms in enumerate(FLOORS):
+        if any(module == room or module.startswith(f"{room}.") for room in rooms):
+            return floor
+    raise AssertionError(f"{module} is in no room of FLOORS: add it to the floor it belongs on")
+
+
+def test_the_floor_check_finds_an_import_from_below():
+    assert floor_of("protorl.agents.proto.math") == 2 and floor_of("protorl.app.cli") == 6
+    assert floor_of("protorl.envs.dmc") < floor_of("protorl.gym.export")
+
+
+def test_no_module_imports_a_room_above_its_own():
+    upward = []
+    for name, path in MODULES.items():
+        if name == "protorl":
+            continue
+        for target in imported_modules(path):
+            if target != "protorl" and floor_of(target) > floor_of(name):
+                upward.append(f"{name} -> {target}")
+    assert not upward, "imports that run back up: " + ", ".join(sorted(upward))

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 
 from protorl.agents import agent_config
+from protorl.app.phases import planned_phases
 from protorl.config import AgentConfig, Config
-from protorl.phases import planned_phases
 
 TASKS = ["walker_stand", "walker_walk"]
 

@@ -14,8 +14,8 @@ from hydra.core.override_parser.overrides_parser import OverridesParser
 from omegaconf import OmegaConf
 
 import protorl
-import protorl.cli
-from protorl.cli import BASIC_SWEEPER, _sweep_jobs
+import protorl.app.cli
+from protorl.app.cli import BASIC_SWEEPER, _sweep_jobs
 
 LIBRARIES = ("torch", "hydra", "omegaconf")
 PACKAGE = Path(protorl.__file__).parent

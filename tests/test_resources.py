@@ -15,8 +15,8 @@ from torch import nn
 
 import protorl
 from protorl.agents.optim import ShapeOnlyAdam, make_adam
+from protorl.app.resources import _LiveBytes, _meminfo, check_memory, estimate_memory
 from protorl.config import ConfigError
-from protorl.resources import _LiveBytes, _meminfo, check_memory, estimate_memory
 from tests.agents import tiny, tiny_config
 from tests.runs import STATES, assert_user_error, environment, run
 
@@ -98,7 +98,7 @@ def test_the_estimate_is_within_2x_of_the_peak_resident_memory_of_a_tiny_run(tmp
     script = textwrap.dedent(f"""
         import json, protorl
         from pathlib import Path
-        from protorl.resources import estimate_memory
+        from protorl.app.resources import estimate_memory
         from tests.agents import tiny
         cfg = tiny({str(tmp_path / "run")!r}, obs={obs!r}, image_size=32, replay_capacity=500)
         estimate = estimate_memory(cfg, "train")  # as a command does, before it allocates anything

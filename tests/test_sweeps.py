@@ -27,7 +27,7 @@ TINY_TRAIN = ["preset=small", *TINY, "obs=states", "pretrain_frames=1000", "fine
 
 def sweep(command: str, sweep_dir: Path, *overrides: str) -> subprocess.CompletedProcess:
     """`protorl-<command> -m ...` writing its jobs under `sweep_dir`."""
-    code = f"from protorl.cli import {command}; {command}()"
+    code = f"from protorl.app.cli import {command}; {command}()"
     return subprocess.run([sys.executable, "-c", code, "-m", *overrides, f"hydra.sweep.dir={sweep_dir}"],
                           capture_output=True, text=True, timeout=SWEEP_TIMEOUT_S, env=environment(),
                           cwd=sweep_dir.parent)
@@ -68,7 +68,7 @@ def test_two_tasks_by_two_seeds_sweep_gives_one_run_per_job(tmp_path, launcher):
     if "submitit" in launcher[0]:
         assert (sweep_dir / ".submitit").is_dir()  # the jobs really went through submitit
         return
-    from protorl.cli import aggregate  # the sweep's runs flow into protorl-aggregate
+    from protorl.app.cli import aggregate  # the sweep's runs flow into protorl-aggregate
 
     aggregate([str(sweep_dir), "--out", str(tmp_path / "agg"), "--reps", "20"])
     with open(tmp_path / "agg" / "scores.csv", newline="") as f:
@@ -160,9 +160,9 @@ def test_every_experiment_preset_composes_to_a_valid_sweep(name):
     """Each figure's preset composes with the right command and sweeps only over valid values."""
     from hydra import compose, initialize_config_module
 
-    import protorl.cli  # noqa: F401 - registers the config schema with Hydra
+    import protorl.app.cli  # noqa: F401 - registers the config schema with Hydra
+    from protorl.app.validate import validate
     from protorl.envs import check_task
-    from protorl.validate import validate
 
     command = ("pretrain" if name.startswith(("fig9", "fig10", "explore")) or "_pretrain" in name else
                "finetune" if "_finetune" in name else "train")

@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
+from protorl.app.validate import validate
 from protorl.config import Config, ConfigError
 from protorl.logs.logger import Logger
-from protorl.validate import validate
 from tests.runs import TINY, assert_ok, run
 
 pytestmark = pytest.mark.slow  # the slow tier: this module runs protorl's commands or real training
@@ -23,7 +23,7 @@ def test_wandb_is_off_by_default(tmp_path, monkeypatch):
     say false, and a configuration left at the default neither imports wandb nor writes the run id file."""
     from hydra import compose, initialize_config_module
 
-    import protorl.cli  # noqa: F401  (registers the structured schema)
+    import protorl.app.cli  # noqa: F401  (registers the structured schema)
     from protorl.logs.tracking import ID_FILE, phase_tracker, start_run
 
     assert Config().wandb is False

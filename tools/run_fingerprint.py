@@ -110,7 +110,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         for name in args.runs:
             run_dir = Path(tmp) / name
-            command = [sys.executable, "-c", "from protorl.cli import train; train()", *TINY, *RUNS[name],
+            command = [sys.executable, "-c", "from protorl.app.cli import train; train()", *TINY, *RUNS[name],
                        *args.overrides, f"hydra.run.dir={run_dir}"]
             done = subprocess.run(command, capture_output=True, text=True, env=env, cwd=tmp)
             if done.returncode != 0:

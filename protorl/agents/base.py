@@ -23,6 +23,7 @@ from torch import nn
 from protorl.agents.augment import random_shift
 from protorl.agents.diagnostics import collapse_message
 from protorl.agents.networks import PixelEncoder, make_encoder, micro_batch_for
+from protorl.agents.optim import make_adam
 from protorl.agents.sac import SAC, SAC_METRICS, Metrics
 from protorl.config import AgentConfig
 from protorl.errors import SnapshotError
@@ -184,6 +185,16 @@ class Agent:
 
 
 # -- the pieces agents share -------------------------------------------------------------------------------
+class EncoderTrainedByCritic(Agent):
+    """An agent whose encoder learns from the critic's loss (DrQ's rule), with an Adam of its own."""
+
+    def build(self) -> None:
+        self.encoder_optimizer = make_adam(self.encoder.parameters(), self.cfg.lr)
+
+    def representation_optimizers(self) -> dict[str, torch.optim.Optimizer]:
+        return {"encoder": self.encoder_optimizer}
+
+
 @torch.no_grad()
 def frozen_features(encoder: nn.Module, obs: torch.Tensor, next_obs: torch.Tensor
                     ) -> tuple[torch.Tensor, torch.Tensor]:

@@ -8,21 +8,8 @@ every agent.
 
 from __future__ import annotations
 
-import torch
-
-from protorl.agents.base import Agent, Metrics, critic_through_encoder
-from protorl.agents.optim import make_adam
+from protorl.agents.base import EncoderTrainedByCritic, Metrics, critic_through_encoder
 from protorl.replay import Batch
-
-
-class EncoderTrainedByCritic(Agent):
-    """An agent whose encoder learns from the critic's loss (DrQ's rule), with an Adam of its own."""
-
-    def build(self) -> None:
-        self.encoder_optimizer = make_adam(self.encoder.parameters(), self.cfg.lr)
-
-    def representation_optimizers(self) -> dict[str, torch.optim.Optimizer]:
-        return {"encoder": self.encoder_optimizer}
 
 
 class DrQAgent(EncoderTrainedByCritic):

@@ -15,7 +15,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from protorl.agents.base import Agent, Metrics, critic_through_encoder, reward_metrics
+from protorl.agents.base import EncoderTrainedByCritic, Metrics, critic_through_encoder, reward_metrics
 from protorl.agents.diagnostics import PROJECTION_METRICS, projection_diagnostics
 from protorl.agents.networks import mlp, orthogonal_init
 from protorl.agents.optim import make_adam, optimizer_step
@@ -93,7 +93,7 @@ class ICM(nn.Module):
         return forward_error, inverse_error
 
 
-class ICMAgent(Agent):
+class ICMAgent(EncoderTrainedByCritic):
     """Curiosity, ICM (Pathak et al. 2017): forward and inverse models beside DrQ's critic loss train the
     encoder; the reward is the forward model's prediction error."""
 
@@ -104,8 +104,8 @@ class ICMAgent(Agent):
     architecture_keys = ("proj_dim", "model_hidden_dim")
 
     def build(self) -> None:
+        super().build()
         cfg, action_dim = self.cfg, self.action_shape[0]
-        self.encoder_optimizer = make_adam(self.encoder.parameters(), cfg.lr)
         self.icm = ICM(self.encoder.repr_dim, action_dim, cfg.proj_dim, cfg.model_hidden_dim).to(self.device)
         self.icm_optimizer = make_adam(self.icm.parameters(), cfg.lr)
         self.curiosity_stats = RunningMeanStd(self.device)
@@ -117,7 +117,7 @@ class ICMAgent(Agent):
         return {"curiosity_stats": self.curiosity_stats}
 
     def representation_optimizers(self) -> dict[str, torch.optim.Optimizer]:
-        return {"encoder": self.encoder_optimizer, "icm": self.icm_optimizer}
+        return {**super().representation_optimizers(), "icm": self.icm_optimizer}
 
     def update_pretrain(self, batch: Batch, step: int) -> Metrics:
         obs, next_obs = self.augmented(batch)

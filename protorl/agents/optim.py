@@ -24,7 +24,7 @@ def make_adam(params: Iterable[torch.nn.Parameter], lr: float) -> torch.optim.Ad
     """`torch.optim.Adam(fused=True)`; PyTorch's default Adam where the device or dtype has no fused kernel;
     `ShapeOnlyAdam` for parameters on the meta device."""
     params = list(params)
-    if any(param.is_meta for param in params):  # a memory estimate (protorl.resources): shapes, no values
+    if any(param.is_meta for param in params):  # a memory estimate (protorl.app.resources): shapes, no values
         return ShapeOnlyAdam(params, lr=lr)
     try:
         return torch.optim.Adam(params, lr=lr, fused=True)

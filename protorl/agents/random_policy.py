@@ -12,8 +12,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from protorl.agents.base import Metrics, critic_through_encoder
-from protorl.agents.drq import EncoderTrainedByCritic
+from protorl.agents.base import EncoderTrainedByCritic, Metrics, critic_through_encoder
 from protorl.replay import Batch
 
 

@@ -94,7 +94,8 @@ def task_description(name: str) -> str:
 
 def catalog() -> list[tuple[str, str, list[tuple[str, str]]]]:
     """Every task by domain: (domain, what it is, [(task, what earns its reward), ...]), in name order."""
-    from protorl.envs.dmc import list_tasks, split_task
+    from protorl.envs.dmc import list_tasks
+    from protorl.envs.factory import split_task
 
     by_domain = groupby(sorted(list_tasks(), key=lambda task: (split_task(task)[0], task)),
                         key=lambda task: split_task(task)[0])

@@ -13,7 +13,6 @@ import os
 from collections.abc import Callable
 from dataclasses import dataclass
 from functools import cache
-from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -22,9 +21,6 @@ from protorl.envs.frame_stack import FrameStack
 from protorl.envs.names import GYMNASIUM_PREFIX
 from protorl.envs.time_step import TimeStep
 from protorl.errors import did_you_mean
-
-if TYPE_CHECKING:
-    from protorl.envs.env import Env
 
 
 def _suite():
@@ -74,20 +70,14 @@ def list_tasks() -> list[str]:
     return sorted(_task_table())
 
 
-def check_task(name: str) -> None:
-    """Raise `ValueError` listing the valid task names if `name` is not one (or not a registered `gym:<id>`)."""
-    if name.startswith(GYMNASIUM_PREFIX):
-        from protorl.gym.wrap import check_gymnasium_task  # Gymnasium is an optional extra
-        check_gymnasium_task(name)
-    elif name not in _task_table():
+def dmc_task(name: str) -> tuple[str, str]:
+    """`'point_mass_easy'` -> `('point_mass', 'easy')`: the suite's domain and task of `name` (or an extra task's
+    domain and name); `ValueError` listing the valid names if it is none of them."""
+    table = _task_table()
+    if name not in table:
         raise ValueError(f"unknown task {name!r}{did_you_mean(name, list_tasks())}: protorl-tasks lists every "
                          f"task by domain, and {GYMNASIUM_PREFIX}<id> names a Gymnasium environment")
-
-
-def split_task(name: str) -> tuple[str, str]:
-    """`'point_mass_easy'` -> `('point_mass', 'easy')`; a Gymnasium task is a domain of its own."""
-    check_task(name)
-    return (name, name) if name.startswith(GYMNASIUM_PREFIX) else _task_table()[name]
+    return table[name]
 
 
 class DMCEnv(FrameStack):
@@ -95,7 +85,7 @@ class DMCEnv(FrameStack):
 
     def __init__(self, task: str, obs: str = "pixels", image_size: int = 84, frame_stack: int = 3,
                  action_repeat: int = 2, camera_id: int | None = None, seed: int = 0):
-        domain, task_name = split_task(task)
+        domain, task_name = dmc_task(task)
         if obs not in ("pixels", "states"):
             raise ValueError(f"obs must be 'pixels' or 'states', got {obs!r}")
         self.task, self.domain = task, domain
@@ -214,15 +204,3 @@ class DMCEnv(FrameStack):
             image = self._env.physics.render(self.image_size, self.image_size, camera_id=self.camera_id)
             return np.ascontiguousarray(image.transpose(2, 0, 1))  # (3, H, W) uint8
         return np.concatenate([np.asarray(v, dtype=np.float32).ravel() for v in observation.values()])
-
-
-
-def make_env(task: str, cfg, seed: int) -> Env:
-    """Build a `DMCEnv` (or for `gym:<id>`, a `GymnasiumEnv`) with the observation settings of a
-    `protorl.config.Config`."""
-    if task.startswith(GYMNASIUM_PREFIX):
-        from protorl.gym.wrap import GymnasiumEnv  # Gymnasium is an optional extra
-        return GymnasiumEnv(task, obs=cfg.obs, image_size=cfg.image_size, frame_stack=cfg.frame_stack,
-                            action_repeat=cfg.action_repeat, seed=seed)
-    return DMCEnv(task, obs=cfg.obs, image_size=cfg.image_size, frame_stack=cfg.frame_stack,
-                  action_repeat=cfg.action_repeat, camera_id=cfg.camera_id, seed=seed)

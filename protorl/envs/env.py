@@ -1,5 +1,5 @@
 """What protorl asks of an environment, as protocols: DeepMind Control tasks (`DMCEnv`) and Gymnasium ones
-(`protorl.gym.wrap.GymnasiumEnv`) implement `Env`; only a MuJoCo simulation is also `Simulated`."""
+(`protorl.envs.gymnasium_env.GymnasiumEnv`) implement `Env`; only a MuJoCo simulation is also `Simulated`."""
 
 from __future__ import annotations
 

@@ -1,10 +1,10 @@
-"""Gymnasium both ways (the `gym` extra: `pip install -e ".[gym]"`): protorl's tasks as Gymnasium environments
-(`export`: `import protorl.gym` registers `protorl/<task>-v0`), and any Gymnasium environment as a protorl task
-(`wrap`: `env=gym:<id>`)."""
+"""protorl's tasks as Gymnasium environments (the `gym` extra: `pip install -e ".[gym]"`): `import protorl.gym`
+registers `protorl/<task>-v0`. The other way, any Gymnasium environment as a protorl task (`env=gym:<id>`), is
+`protorl.envs.gymnasium_env`."""
 
 import importlib.util
 
-if importlib.util.find_spec("gymnasium") is not None:  # without it, `wrap` says which extra to install
+if importlib.util.find_spec("gymnasium") is not None:  # without it, env=gym:<id> says which extra to install
     from protorl.gym.export import ProtorlEnv, register_all
 
     __all__ = ["ProtorlEnv", "register_all"]

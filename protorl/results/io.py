@@ -5,6 +5,8 @@ from __future__ import annotations
 import csv
 from pathlib import Path
 
+from omegaconf import DictConfig, OmegaConf
+
 from protorl.errors import ResultsError
 from protorl.storage.digests import unsealed_record
 from protorl.storage.layout import RESULT_FILE
@@ -52,3 +54,11 @@ def read_result(phase: Path) -> dict | None:
         return unsealed_record(path.read_text())
     except ValueError:  # as `PhaseResult.load`: a phase not known to be complete
         return None
+
+
+def agent_choice(run_dir: Path, cfg: DictConfig) -> str:
+    """The agent config a run was started with (`agent=proto_paper` and `agent=proto` are both agent.name
+    "proto"), from Hydra's record of the run; its agent.name if the run has none."""
+    hydra_file = run_dir / ".hydra" / "hydra.yaml"
+    choice = OmegaConf.load(hydra_file).hydra.runtime.choices.get("agent") if hydra_file.is_file() else None
+    return str(choice or OmegaConf.select(cfg, "agent.name", default=""))

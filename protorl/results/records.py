@@ -19,7 +19,7 @@ import numpy as np
 from omegaconf import DictConfig, OmegaConf
 
 from protorl.errors import ResultsError
-from protorl.results.io import read_csv, read_result, series
+from protorl.results.io import agent_choice, read_csv, read_result, series
 from protorl.results.paths import inside
 from protorl.storage.layout import (
     CONFIG_FILE,
@@ -31,7 +31,6 @@ from protorl.storage.layout import (
     scratch_dir_name,
 )
 from protorl.storage.rundir import result_changing_differences
-from protorl.sweep import agent_choice
 
 # DMC rewards lie in [0, 1] per control step, so a task's returns lie in [0, control steps per episode]:
 # 1000 for the suite's tasks, the maze and the walker set; 250 for Reach Duplo (appendix C.1). Dividing by

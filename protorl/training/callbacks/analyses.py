@@ -44,10 +44,10 @@ from protorl.exploration.maps import (
     wall_rectangles,
     write_animation,
 )
+from protorl.exploration.probe import ProbeFrames, collect_frames, ridge_r2
 from protorl.exploration.random_reference import RandomPolicyCoverage
 from protorl.exploration.reward_variance import ReplayProjections, embed, reward_variance
 from protorl.logs.logger import CSVFile, Logger
-from protorl.probe import ProbeFrames, collect_frames, ridge_r2
 from protorl.replay import ReplayBuffer
 from protorl.training.callbacks import Callback, Every
 

@@ -24,19 +24,19 @@ from pathlib import Path
 from omegaconf import MISSING, OmegaConf
 
 from protorl.agents import agent_config
+from protorl.app.duration import check_duration
+from protorl.app.phases import compares_without_pretraining, planned_phases
+from protorl.app.resources import check_memory
+from protorl.app.validate import check_named_env, validate
 from protorl.config import Config, ConfigError, downstream_tasks, invalid
-from protorl.duration import check_duration
 from protorl.envs import make_env
 from protorl.logs.tracking import finish_run, phase_tracker, start_run
-from protorl.phases import compares_without_pretraining, planned_phases
-from protorl.resources import check_memory
 from protorl.storage.atomic import write_text_atomic
 from protorl.storage.checkpoints import drop_checkpoints
 from protorl.storage.layout import CONFIG_FILE
 from protorl.storage.rundir import claim_run_dir, release_run_dir
 from protorl.storage.snapshots import check_spec, load_snapshot, snapshot_digest, snapshot_in_sweep
 from protorl.training import PhaseResult, Trainer, prepare_process
-from protorl.validate import check_named_env, validate
 
 log = logging.getLogger("protorl")
 COMMANDS = ("pretrain", "finetune", "train")

@@ -30,9 +30,9 @@ import torch
 from torch.overrides import TorchFunctionMode
 
 from protorl.agents import agent_config, make_agent
+from protorl.app.phases import planned_phases
 from protorl.config import AgentConfig, Config, ConfigError, keeps_physical_states
 from protorl.envs import Env, make_env
-from protorl.phases import planned_phases
 from protorl.replay import Batch, ReplayBuffer, frames_device
 from protorl.runtime import resolve_device
 from protorl.storage.atomic import payload_bytes

@@ -19,6 +19,7 @@ from pathlib import Path
 from hydra.experimental.callback import Callback
 from omegaconf import DictConfig, OmegaConf
 
+from protorl.results.io import agent_choice
 from protorl.storage.layout import CONFIG_FILE, is_complete, phase_dirs
 
 log = logging.getLogger("protorl")
@@ -28,14 +29,6 @@ INDEX_COLUMNS = ["run_dir", "overrides", "agent", "env", "seed", "phases", "comp
 def phase_states(run_dir: Path) -> dict[str, str]:
     """`{phase directory: "complete" | "incomplete"}` for `pretrain/`, `finetune/` and `finetune_<task>/`."""
     return {phase.name: "complete" if is_complete(phase) else "incomplete" for phase in phase_dirs(run_dir)}
-
-
-def agent_choice(run_dir: Path, cfg: DictConfig) -> str:
-    """The agent config a run was started with (`agent=proto_paper` and `agent=proto` are both agent.name
-    "proto"), from Hydra's record of the run; its agent.name if the run has none."""
-    hydra_file = run_dir / ".hydra" / "hydra.yaml"
-    choice = OmegaConf.load(hydra_file).hydra.runtime.choices.get("agent") if hydra_file.is_file() else None
-    return str(choice or OmegaConf.select(cfg, "agent.name", default=""))
 
 
 def index_row(run_dir: Path, sweep_dir: Path) -> dict[str, str]:

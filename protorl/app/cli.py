@@ -58,7 +58,7 @@ def checked_config(cfg: DictConfig, command: str, overrides: Sequence[str] = ())
 
 def _checked(cfg: DictConfig, command: str, overrides: Sequence[str],
              resources: bool = True) -> tuple[Config, dict | None]:
-    from protorl.commands import check
+    from protorl.app.commands import check
 
     unknown = _unknown_keys(cfg, Config)
     if unknown:  # Hydra adds keys given with `+`; the typed config would drop them silently
@@ -142,12 +142,12 @@ class ValidateBeforeRun(Callback):
 
 def run(cfg: DictConfig, command: str) -> None:
     """Validate the config, run the phases of `command` in its claimed run directory
-    (`protorl.commands.run_checked`), then print the summary and, after pre-training with analyses, what
+    (`protorl.app.commands.run_checked`), then print the summary and, after pre-training with analyses, what
     protorl-analyze prints. User errors exit with status 2, unwritable files too (naming the file); a training that
     diverged exits with status 3."""
     from hydra.core.hydra_config import HydraConfig
 
-    from protorl.commands import run_checked
+    from protorl.app.commands import run_checked
     from protorl.errors import TrainingDiverged
     from protorl.results.analyze import analyze_run
     from protorl.results.report import plot_run, summary
@@ -278,19 +278,19 @@ def run_job(cfg: DictConfig, command: str) -> None:
         log.error("job %s stopped (exit status %s); the sweep goes on", HydraConfig.get().job.num, stop.code)
 
 
-@hydra.main(version_base="1.3", config_path="conf", config_name="pretrain")
+@hydra.main(version_base="1.3", config_path="../conf", config_name="pretrain")
 def _pretrain(cfg: DictConfig) -> None:
     """Task-agnostic pre-training; writes snapshots for `protorl-finetune`."""
     run_job(cfg, "pretrain")
 
 
-@hydra.main(version_base="1.3", config_path="conf", config_name="finetune")
+@hydra.main(version_base="1.3", config_path="../conf", config_name="finetune")
 def _finetune(cfg: DictConfig) -> None:
     """Downstream RL on a frozen pre-trained representation (needs snapshot=PATH)."""
     run_job(cfg, "finetune")
 
 
-@hydra.main(version_base="1.3", config_path="conf", config_name="train")
+@hydra.main(version_base="1.3", config_path="../conf", config_name="train")
 def _train(cfg: DictConfig) -> None:
     """Pre-training then fine-tuning on `env`, as in the paper's protocol."""
     run_job(cfg, "train")
@@ -362,7 +362,7 @@ def command_help(command: str) -> str:
                           if item.name.endswith(".yaml")} | (set(registered_agents()) if group == "agent" else set()))
         lines += textwrap.wrap(", ".join(options), 100, initial_indent=f"  {group}: {meaning}: ",
                                subsequent_indent="    ")
-    docs = Path(__file__).resolve().parents[1] / "docs" / "commands.md"
+    docs = Path(__file__).resolve().parents[2] / "docs" / "commands.md"
     lines += ["", *textwrap.wrap(f"every key, its default and its unit: "
                                  f"{docs if docs.is_file() else 'docs/commands.md'} (the documentation site's "
                                  f"\"Commands and configuration\"); the config a command would run, with your "
@@ -413,7 +413,7 @@ def probe(argv: list[str] | None = None) -> None:
     snapshots (seeds, methods), also their means across runs with 95% CIs."""
     import csv
 
-    from protorl.probe import probe_snapshots, summary_table
+    from protorl.results.probe import probe_snapshots, summary_table
 
     parser = _ArgumentParser(prog="protorl-probe", description=probe.__doc__)
     parser.add_argument("snapshots", type=Path, nargs="+", metavar="snapshot",

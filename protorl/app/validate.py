@@ -1,5 +1,5 @@
 """Start-up checks of a run's config: each value, and the command x agent x tasks combination, before anything is
-built or written (`protorl.cli` calls `validate` once per run, or once per job of a sweep)."""
+built or written (`protorl.app.cli` calls `validate` once per run, or once per job of a sweep)."""
 
 from __future__ import annotations
 

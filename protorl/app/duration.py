@@ -19,11 +19,11 @@ from dataclasses import dataclass
 import torch
 
 from protorl.agents import agent_config, make_agent
+from protorl.app.phases import PlannedPhase, planned_phases
+from protorl.app.resources import steps_running_every_schedule
 from protorl.config import Config, ConfigError
 from protorl.envs import make_env
-from protorl.phases import PlannedPhase, planned_phases
 from protorl.replay import Batch
-from protorl.resources import steps_running_every_schedule
 from protorl.runtime import resolve_device
 
 log = logging.getLogger("protorl")
