@@ -6,6 +6,9 @@ The Hydra YAML files in `protorl/conf/` build on this schema; `protorl.app.valid
 
 from __future__ import annotations
 
+import dataclasses
+import types
+import typing
 from dataclasses import dataclass, field
 
 from omegaconf import MISSING
@@ -199,3 +202,41 @@ def keeps_physical_states(cfg: Config, phase: str) -> bool:
     """Whether the replay buffer of `phase` keeps every frame's physical state: for the analyses, or for a
     snapshot's replay (`snapshot_replay`), which fine-tuning relabels with a task's reward."""
     return runs_analyses(cfg, phase) or (phase == "pretrain" and cfg.snapshot_replay)
+
+
+_TYPE_NAMES = {int: "an integer", float: "a number", bool: "true or false", str: "a string"}
+
+
+def type_errors(config, prefix: str = "") -> list[tuple[str, object, str]]:
+    """(key, value, what it should be) for every field of the dataclass `config` (nested ones too) whose value is
+    not of its declared type: what the command line's parser refuses, refused from Python too."""
+    errors = []
+    hints = typing.get_type_hints(type(config))
+    for item in dataclasses.fields(config):
+        value, declared, key = getattr(config, item.name), hints[item.name], f"{prefix}{item.name}"
+        if value is MISSING:
+            continue
+        if dataclasses.is_dataclass(declared):
+            errors += (type_errors(value, f"{key}.") if dataclasses.is_dataclass(value) else
+                       [(key, value, f"an instance of {declared.__name__} (e.g. the agent's own config class)")])
+            continue
+        options = typing.get_args(declared) if typing.get_origin(declared) is types.UnionType else (declared,)
+        if value is None and type(None) in options:
+            continue
+        kinds = [t for t in options if t is not type(None)]
+        if not any(_is_a(value, kind) for kind in kinds):
+            names = [_TYPE_NAMES[kind] if kind in _TYPE_NAMES else f"a list of {typing.get_args(kind)[0].__name__}"
+                     for kind in kinds]
+            errors.append((key, value, " or ".join(names + (["null"] if type(None) in options else []))))
+    return errors
+
+
+def _is_a(value, kind) -> bool:
+    if typing.get_origin(kind) is list:
+        item = typing.get_args(kind)[0]
+        return isinstance(value, (list, tuple)) and all(_is_a(v, item) for v in value)
+    if kind is float:
+        return isinstance(value, (int, float)) and not isinstance(value, bool)
+    if kind is int:
+        return isinstance(value, int) and not isinstance(value, bool)
+    return isinstance(value, kind)

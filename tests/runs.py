@@ -50,7 +50,8 @@ TIMING_COLUMNS = {"fps", "total_time_s", "analysis/time_s"}
 
 def command_line(command: str, *overrides: str, run_dir: Path) -> list[str]:
     """`protorl-<command>` (through its console-script function) with Hydra overrides, in `run_dir`."""
-    return [sys.executable, "-c", f"from protorl.app.cli import {command}; {command}()", *overrides,
+    module = "protorl.app.tools" if command in ("tasks", "analyze", "probe", "aggregate") else "protorl.app.cli"
+    return [sys.executable, "-c", f"from {module} import {command}; {command}()", *overrides,
             f"hydra.run.dir={run_dir}"]
 
 

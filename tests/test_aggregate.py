@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 from omegaconf import OmegaConf
 
-from protorl.app.cli import aggregate
+from protorl.app.tools import aggregate
 from protorl.logs.logger import EVAL_COLUMNS
 from protorl.results.aggregate import curve_panel, seed_curve
 from protorl.results.records import COMPLETE, Record

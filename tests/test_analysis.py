@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 import torch
 
-from protorl.app.cli import analyze
+from protorl.app.tools import analyze
 from protorl.app.validate import validate
 from protorl.config import Config, ConfigError
 from protorl.envs import DMCEnv

@@ -20,7 +20,7 @@ import torch
 from omegaconf import OmegaConf
 
 import protorl
-from protorl.app.cli import probe
+from protorl.app.tools import probe
 from protorl.errors import SnapshotError, UnreadableFileError
 from protorl.storage.checkpoints import list_checkpoints, load_newest_checkpoint
 from protorl.storage.snapshots import load_snapshot

@@ -188,7 +188,7 @@ def test_a_snapshots_method_is_the_agent_config_its_run_was_started_with(snapsho
 @pytest.mark.slow
 def test_the_command_prints_the_table_and_refuses_a_bad_snapshot(snapshot, tmp_path):
     def probe(*args: str) -> subprocess.CompletedProcess:
-        return subprocess.run([sys.executable, "-c", "from protorl.app.cli import probe; probe()", *args],
+        return subprocess.run([sys.executable, "-c", "from protorl.app.tools import probe; probe()", *args],
                               capture_output=True, text=True, timeout=TIMEOUT_S, env=environment(), check=False)
 
     result = probe(str(snapshot), "--samples", "200", "--init-seeds", "1", "--csv", str(tmp_path / "probe.csv"),

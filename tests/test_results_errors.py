@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 from omegaconf import OmegaConf
 
-from protorl.app.cli import aggregate, analyze
+from protorl.app.tools import aggregate, analyze
 
 ANALYSIS_COLUMNS = [
     "frames", "coverage/entropy", "coverage/visited_fraction", "coverage/replay_entropy",
@@ -23,7 +23,7 @@ ANALYSIS_COLUMNS = [
     "variance/proto_mean", "variance/proto_std", "variance/proto_cv",
     "variance/uniform_mean", "variance/uniform_std", "variance/uniform_cv", "analysis/time_s",
 ]
-# Runs `protorl.app.cli.aggregate(sys.argv[1:])` in a Python where `import rliable` fails as if not installed.
+# Runs `protorl.app.tools.aggregate(sys.argv[1:])` in a Python where `import rliable` fails as if not installed.
 WITHOUT_RLIABLE = """
 import sys
 
@@ -34,7 +34,7 @@ class BlockRliable:
         return None
 
 sys.meta_path.insert(0, BlockRliable())
-from protorl.app.cli import aggregate
+from protorl.app.tools import aggregate
 
 aggregate(sys.argv[1:])
 """

@@ -9,7 +9,7 @@ import torch
 from omegaconf import OmegaConf
 
 import protorl
-from protorl.app.cli import aggregate
+from protorl.app.tools import aggregate
 from protorl.errors import SnapshotError
 from protorl.storage.snapshots import load_snapshot
 from tests.agents import tiny, tiny_config

@@ -68,7 +68,7 @@ def test_two_tasks_by_two_seeds_sweep_gives_one_run_per_job(tmp_path, launcher):
     if "submitit" in launcher[0]:
         assert (sweep_dir / ".submitit").is_dir()  # the jobs really went through submitit
         return
-    from protorl.app.cli import aggregate  # the sweep's runs flow into protorl-aggregate
+    from protorl.app.tools import aggregate  # the sweep's runs flow into protorl-aggregate
 
     aggregate([str(sweep_dir), "--out", str(tmp_path / "agg"), "--reps", "20"])
     with open(tmp_path / "agg" / "scores.csv", newline="") as f:

@@ -16,8 +16,6 @@ from __future__ import annotations
 import dataclasses
 import logging
 import threading
-import types
-import typing
 from collections.abc import Collection
 from pathlib import Path
 
@@ -28,7 +26,7 @@ from protorl.app.duration import check_duration
 from protorl.app.phases import compares_without_pretraining, planned_phases
 from protorl.app.resources import check_memory
 from protorl.app.validate import check_named_env, validate
-from protorl.config import Config, ConfigError, downstream_tasks, invalid
+from protorl.config import Config, ConfigError, downstream_tasks, invalid, type_errors
 from protorl.envs import make_env
 from protorl.logs.tracking import finish_run, phase_tracker, start_run
 from protorl.storage.atomic import write_text_atomic
@@ -73,44 +71,6 @@ def configured(config: Config | None, fields: dict) -> Config:
     if config.run_dir is MISSING:
         raise ConfigError("run_dir is required: the directory the run writes into (or continues)")
     return config
-
-
-_TYPE_NAMES = {int: "an integer", float: "a number", bool: "true or false", str: "a string"}
-
-
-def type_errors(config, prefix: str = "") -> list[tuple[str, object, str]]:
-    """(key, value, what it should be) for every field of the dataclass `config` (nested ones too) whose value is
-    not of its declared type: what the command line's parser refuses, refused from Python too."""
-    errors = []
-    hints = typing.get_type_hints(type(config))
-    for field in dataclasses.fields(config):
-        value, declared, key = getattr(config, field.name), hints[field.name], f"{prefix}{field.name}"
-        if value is MISSING:
-            continue
-        if dataclasses.is_dataclass(declared):
-            errors += (type_errors(value, f"{key}.") if dataclasses.is_dataclass(value) else
-                       [(key, value, f"an instance of {declared.__name__} (e.g. the agent's own config class)")])
-            continue
-        options = typing.get_args(declared) if typing.get_origin(declared) is types.UnionType else (declared,)
-        if value is None and type(None) in options:
-            continue
-        kinds = [t for t in options if t is not type(None)]
-        if not any(_is_a(value, kind) for kind in kinds):
-            names = [_TYPE_NAMES[kind] if kind in _TYPE_NAMES else f"a list of {typing.get_args(kind)[0].__name__}"
-                     for kind in kinds]
-            errors.append((key, value, " or ".join(names + (["null"] if type(None) in options else []))))
-    return errors
-
-
-def _is_a(value, kind) -> bool:
-    if typing.get_origin(kind) is list:
-        item = typing.get_args(kind)[0]
-        return isinstance(value, (list, tuple)) and all(_is_a(v, item) for v in value)
-    if kind is float:
-        return isinstance(value, (int, float)) and not isinstance(value, bool)
-    if kind is int:
-        return isinstance(value, int) and not isinstance(value, bool)
-    return isinstance(value, kind)
 
 
 def check(config: Config, command: str, named: Collection[str] = (),

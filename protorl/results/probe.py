@@ -14,6 +14,7 @@ points a reader needs to tell learned features from an architecture's or the inp
 
 from __future__ import annotations
 
+import csv
 import dataclasses
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -203,3 +204,14 @@ def summary_table(results: Sequence[ProbeResult], reps: int = 2000) -> str:
         lines.append(f"{key:<{width}}  {len(values):>4}  {mean:6.3f}  [{low:6.3f}, {high:6.3f}]  "
                      + " ".join(f"{v:.3f}" for v in values))
     return "\n".join(lines)
+
+
+def write_csv(path: Path, snapshots: Sequence[Path], results: Sequence[ProbeResult]) -> None:
+    """Every snapshot's rows (`ProbeResult.csv_rows`) in one CSV file, each with its snapshot's path."""
+    rows = [{"snapshot": str(snapshot), **row} for snapshot, result in zip(snapshots, results, strict=True)
+            for row in result.csv_rows()]
+    columns = list(dict.fromkeys(column for row in rows for column in row))  # tasks differ in their states
+    with open(path, "w", newline="") as file:
+        writer = csv.DictWriter(file, fieldnames=columns)
+        writer.writeheader()
+        writer.writerows(rows)
