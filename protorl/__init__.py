@@ -2,7 +2,7 @@
 
 From Python: `protorl.pretrain`, `protorl.finetune`, `protorl.train` (`protorl.app.commands`) run what the commands
 run; `protorl.load_pretrained` (`protorl.pretrained`) reads a snapshot into a frozen encoder and actor, and
-`protorl.probe_snapshot` (`protorl.results.probe`) measures what its encoder knows of the physical state
+`protorl.probe_snapshot` (`protorl.reports.probe`) measures what its encoder knows of the physical state
 (`protorl.probe_snapshots` for several snapshots, sharing their frames).
 """
 
@@ -13,8 +13,8 @@ __version__ = version("protorl")  # one place: pyproject.toml, as installed
 
 _API = {"pretrain": "protorl.app.commands", "finetune": "protorl.app.commands", "train": "protorl.app.commands",
         "load_pretrained": "protorl.pretrained",
-        "probe_snapshot": "protorl.results.probe",
-        "probe_snapshots": "protorl.results.probe"}  # imported on first use: `import protorl` stays light
+        "probe_snapshot": "protorl.reports.probe",
+        "probe_snapshots": "protorl.reports.probe"}  # imported on first use: `import protorl` stays light
 
 
 def __getattr__(name: str):

@@ -16,8 +16,8 @@ from omegaconf import OmegaConf
 
 from protorl.app.tools import aggregate
 from protorl.logs.logger import EVAL_COLUMNS
-from protorl.results.aggregate import curve_panel, seed_curve
-from protorl.results.records import COMPLETE, Record
+from protorl.reports.aggregate import curve_panel, seed_curve
+from protorl.reports.records import COMPLETE, Record
 
 pytestmark = pytest.mark.slow  # the slow tier: this module runs protorl's commands or real training
 

@@ -38,9 +38,9 @@ from protorl.exploration.reward_variance import (
 )
 from protorl.logs.logger import Logger
 from protorl.replay import ReplayBuffer
-from protorl.results.analyze import analyze_run
+from protorl.reports.analyze import analyze_run
 from protorl.training import Trainer
-from protorl.training.callbacks.analyses import AnalysisMonitor
+from protorl.training.callbacks.exploration import AnalysisMonitor
 from tests.agents import tiny_config as tiny_agent_config
 from tests.runs import TINY, assert_ok, read_csv, run
 

@@ -11,10 +11,10 @@ from omegaconf import OmegaConf
 
 from protorl.envs import point_mass_maze
 from protorl.exploration.maps import landmarks
-from protorl.results.plots import Curve, Panel, curves_figure, style
-from protorl.results.records import method_title
-from protorl.results.report import run_panels
-from protorl.storage.layout import PRETRAIN_DIR, scratch_dir_name
+from protorl.reports.plots import Curve, Panel, curves_figure, style
+from protorl.reports.records import method_title
+from protorl.reports.report import run_panels
+from protorl.storage.run_files import PRETRAIN_DIR, scratch_dir_name
 from protorl.training import PhaseResult
 
 FRAMES = [0, 1000, 2000, 3000]

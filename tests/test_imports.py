@@ -84,7 +84,7 @@ FLOORS = (
     ("protorl.agents", "protorl.logs", "protorl.gym", "protorl.runtime"),
     ("protorl.storage", "protorl.exploration"),
     ("protorl.training", "protorl.pretrained"),
-    ("protorl.results",),
+    ("protorl.reports",),
     ("protorl.app", "protorl.conf"),
 )
 

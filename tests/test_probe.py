@@ -11,9 +11,9 @@ import pytest
 import torch
 
 import protorl
-import protorl.results.probe
+import protorl.reports.probe
 from protorl.exploration.probe import collect_frames, gram_matrix, ridge_predictions, ridge_r2
-from protorl.results.probe import ProbeResult, summary_groups, summary_table
+from protorl.reports.probe import ProbeResult, summary_groups, summary_table
 from tests.agents import tiny
 from tests.runs import TIMEOUT_S, assert_user_error, environment, read_csv, read_rows
 
@@ -149,7 +149,7 @@ def test_a_snapshots_probe_is_deterministic_and_has_its_reference_rows(snapshot)
 @pytest.mark.slow
 def test_snapshots_probed_together_share_their_frames_and_random_encoders_and_score_as_alone(snapshot, monkeypatch):
     collections, initialisations = [], []
-    randomly_initialised = protorl.results.probe.randomly_initialised
+    randomly_initialised = protorl.reports.probe.randomly_initialised
 
     def counted(*args, **kwargs):
         collections.append(args)
@@ -159,8 +159,8 @@ def test_snapshots_probed_together_share_their_frames_and_random_encoders_and_sc
         initialisations.append(seed)
         return randomly_initialised(pretrained, seed)
 
-    monkeypatch.setattr(protorl.results.probe, "collect_frames", counted)
-    monkeypatch.setattr(protorl.results.probe, "randomly_initialised", initialised)
+    monkeypatch.setattr(protorl.reports.probe, "collect_frames", counted)
+    monkeypatch.setattr(protorl.reports.probe, "randomly_initialised", initialised)
     together = protorl.probe_snapshots([snapshot, snapshot], samples=300, seed=0, init_seeds=(1,))
     assert len(collections) == 1 and initialisations == [1]  # the same agent's random encoder: probed once
     alone = protorl.probe_snapshot(snapshot, samples=300, seed=0, init_seeds=(1,))
@@ -181,8 +181,8 @@ def test_a_snapshots_method_is_the_agent_config_its_run_was_started_with(snapsho
     copy = run_dir / "pretrain" / "snapshots" / snapshot.name
     copy.write_bytes(snapshot.read_bytes())
     config = protorl.load_pretrained(copy, "cpu").config
-    assert protorl.results.probe.snapshot_method(copy, config) == "proto_paper"
-    assert protorl.results.probe.snapshot_method(snapshot, config) == "proto"  # no Hydra record: the agent's name
+    assert protorl.reports.probe.snapshot_method(copy, config) == "proto_paper"
+    assert protorl.reports.probe.snapshot_method(snapshot, config) == "proto"  # no Hydra record: the agent's name
 
 
 @pytest.mark.slow

@@ -147,9 +147,9 @@ def run(cfg: DictConfig, command: str) -> None:
 
     from protorl.app.commands import run_checked
     from protorl.errors import TrainingDiverged
-    from protorl.results.analyze import analyze_run
-    from protorl.results.report import plot_run, summary
-    from protorl.storage.layout import PRETRAIN_DIR
+    from protorl.reports.analyze import analyze_run
+    from protorl.reports.report import plot_run, summary
+    from protorl.storage.run_files import PRETRAIN_DIR
 
     checked = _checked_before_run.pop((command, str(Path(cfg.run_dir).resolve())), None)  # checked before Hydra wrote
     config, pretrained = checked or checked_config(cfg, command, HydraConfig.get().overrides.task)

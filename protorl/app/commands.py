@@ -31,7 +31,7 @@ from protorl.envs import make_env
 from protorl.logs.tracking import finish_run, phase_tracker, start_run
 from protorl.storage.atomic import write_text_atomic
 from protorl.storage.checkpoints import drop_checkpoints
-from protorl.storage.layout import CONFIG_FILE
+from protorl.storage.run_files import CONFIG_FILE
 from protorl.storage.rundir import claim_run_dir, release_run_dir
 from protorl.storage.snapshots import check_spec, load_snapshot, snapshot_digest, snapshot_in_sweep
 from protorl.training import PhaseResult, Trainer, prepare_process

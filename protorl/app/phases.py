@@ -6,7 +6,7 @@ from dataclasses import dataclass
 
 from protorl.agents import agent_class, pretrains
 from protorl.config import Config, downstream_tasks
-from protorl.storage.layout import PRETRAIN_DIR, downstream_dir_name, scratch_dir_name
+from protorl.storage.run_files import PRETRAIN_DIR, downstream_dir_name, scratch_dir_name
 
 
 @dataclass(frozen=True)

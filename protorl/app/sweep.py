@@ -19,8 +19,8 @@ from pathlib import Path
 from hydra.experimental.callback import Callback
 from omegaconf import DictConfig, OmegaConf
 
-from protorl.results.io import agent_choice
-from protorl.storage.layout import CONFIG_FILE, is_complete, phase_dirs
+from protorl.reports.io import agent_choice
+from protorl.storage.run_files import CONFIG_FILE, is_complete, phase_dirs
 
 log = logging.getLogger("protorl")
 INDEX_COLUMNS = ["run_dir", "overrides", "agent", "env", "seed", "phases", "complete"]

@@ -40,7 +40,7 @@ def tasks(argv: list[str] | None = None) -> None:
 def analyze(argv: list[str] | None = None) -> None:
     """protorl-analyze RUN_DIR: coverage and reward-variance plots and a text summary of a run's pre-training."""
     from protorl.errors import ResultsError
-    from protorl.results.analyze import analyze_run
+    from protorl.reports.analyze import analyze_run
 
     parser = _ArgumentParser(prog="protorl-analyze", description=analyze.__doc__)
     parser.add_argument("run_dir", type=Path, help="a run directory (holding pretrain/analysis.csv)")
@@ -55,7 +55,7 @@ def probe(argv: list[str] | None = None) -> None:
     """protorl-probe SNAPSHOT [SNAPSHOT ...]: what a frozen encoder knows, as the R^2 of a linear probe from its
     features to the physical state, beside a randomly initialised encoder's and the observation's own; for several
     snapshots (seeds, methods), also their means across runs with 95% CIs."""
-    from protorl.results.probe import probe_snapshots, summary_table, write_csv
+    from protorl.reports.probe import probe_snapshots, summary_table, write_csv
 
     parser = _ArgumentParser(prog="protorl-probe", description=probe.__doc__)
     parser.add_argument("snapshots", type=Path, nargs="+", metavar="snapshot",
@@ -78,7 +78,7 @@ def probe(argv: list[str] | None = None) -> None:
     if args.csv is not None and (args.csv.is_dir() or not args.csv.parent.is_dir()):
         exit_with(f"--csv {args.csv}: not a file in an existing directory")
     if len(args.snapshots) > 1:
-        from protorl.results.stats import require_rliable
+        from protorl.reports.stats import require_rliable
 
         try:
             require_rliable()
@@ -116,8 +116,8 @@ def aggregate(argv: list[str] | None = None) -> None:
     """protorl-aggregate PATH [PATH ...]: learning curves, final-score tables and rliable statistics (IQM,
     mean, median, optimality gap, performance profiles) over the downstream phases of runs and sweeps."""
     from protorl.errors import ResultsError
-    from protorl.results.aggregate import aggregate_runs
-    from protorl.results.records import RETURN, SCORES, SUCCESS, pretraining_metric
+    from protorl.reports.aggregate import aggregate_runs
+    from protorl.reports.records import RETURN, SCORES, SUCCESS, pretraining_metric
 
     parser = _ArgumentParser(prog="protorl-aggregate", description=aggregate.__doc__)
     parser.add_argument("paths", nargs="+", type=Path, metavar="PATH",

@@ -4,7 +4,7 @@ A uniform-random policy with a fixed seed collects observations of a task, in sh
 with their physical states (MuJoCo's qpos and qvel: for the U-maze the point's x, y and velocity). A ridge
 regression from features (centred, one scale for all) to states is fit on the first `1 - test_fraction` of them
 (each state dimension's strength chosen by 5-fold cross-validation on those) and scored on the rest: R^2 per state
-dimension. Used during pre-training (the analyses' in-run probe) and on snapshots (`protorl.results.probe`).
+dimension. Used during pre-training (the analyses' in-run probe) and on snapshots (`protorl.reports.probe`).
 """
 
 from __future__ import annotations

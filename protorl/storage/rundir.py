@@ -26,7 +26,7 @@ from omegaconf import OmegaConf
 from protorl.agents import agent_class
 from protorl.config import Config, downstream_tasks
 from protorl.errors import ConfigError, first_line
-from protorl.storage.layout import (
+from protorl.storage.run_files import (
     CONFIG_FILE,
     DOWNSTREAM_DIR,
     PRETRAIN_DIR,

@@ -19,7 +19,7 @@ from protorl.config import AgentConfig
 from protorl.errors import ConfigError, SnapshotError, first_line
 from protorl.storage.atomic import atomic_save, safe_load
 from protorl.storage.digests import archive_digest, file_sha256
-from protorl.storage.layout import PRETRAIN_DIR
+from protorl.storage.run_files import PRETRAIN_DIR
 
 FORMAT_VERSION = 3  # 2: the projector as `linear` plus its statistics; 3: each agent's own config keys
 

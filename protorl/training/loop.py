@@ -26,9 +26,9 @@ from protorl.storage.atomic import remove_partial_writes
 from protorl.storage.checkpoints import checkpoint_frames, drop_checkpoints, list_checkpoints, load_newest_checkpoint
 from protorl.storage.snapshots import check_architecture
 from protorl.training.callbacks import Callback
-from protorl.training.callbacks.analyses import phase_analyses
 from protorl.training.callbacks.checkpointing import Checkpoints
 from protorl.training.callbacks.evaluation import Evaluation
+from protorl.training.callbacks.exploration import phase_analyses
 from protorl.training.callbacks.progress import ProgressLog
 from protorl.training.callbacks.snapshotting import Snapshots
 from protorl.training.interrupt import StopRequest, stop_request

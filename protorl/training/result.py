@@ -8,7 +8,7 @@ from pathlib import Path
 
 from protorl.storage.atomic import write_text_atomic
 from protorl.storage.digests import sealed_record, unsealed_record
-from protorl.storage.layout import RESULT_FILE
+from protorl.storage.run_files import RESULT_FILE
 
 log = logging.getLogger("protorl")
 

@@ -11,11 +11,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from protorl.results.io import Rows, has, read_csv, series
-from protorl.results.paths import inside
-from protorl.results.plots import Curve, Panel, plot_curves
-from protorl.results.report import RETURN_LABEL, phase_title
-from protorl.storage.layout import SCRATCH_PREFIX, downstream_dirs, downstream_name
+from protorl.reports.io import Rows, has, read_csv, series
+from protorl.reports.paths import inside
+from protorl.reports.plots import Curve, Panel, plot_curves
+from protorl.reports.report import RETURN_LABEL, phase_title
+from protorl.storage.run_files import SCRATCH_PREFIX, downstream_dirs, downstream_name
 
 TRAIN_DIAGNOSTICS = {  # train.csv column -> (panel title, y label)
     "actor_drift": ("policy's distance from the pre-trained actor",

@@ -27,8 +27,8 @@ from omegaconf import OmegaConf
 from protorl.agents.capabilities import Prototypes
 from protorl.exploration.probe import ProbeFrames, collect_frames, pooled, ridge_r2
 from protorl.pretrained import Pretrained, load_pretrained
-from protorl.results.io import agent_choice
-from protorl.storage.layout import CONFIG_FILE
+from protorl.reports.io import agent_choice
+from protorl.storage.run_files import CONFIG_FILE
 
 
 @torch.no_grad()
@@ -187,7 +187,7 @@ def summary_groups(results: Sequence[ProbeResult]) -> dict[str, np.ndarray]:
 def summary_table(results: Sequence[ProbeResult], reps: int = 2000) -> str:
     """Per kind of features across the snapshots (`summary_groups`): the mean R^2 over runs, rliable's 95%
     bootstrap CI of it, and each run's value."""
-    from protorl.results.stats import require_rliable
+    from protorl.reports.stats import require_rliable
 
     require_rliable()
     from rliable import library, metrics

@@ -6,9 +6,9 @@ import textwrap
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from protorl.results.io import read_csv, series
-from protorl.results.plots import Curve, Panel, plot_curves
-from protorl.storage.layout import scratch_dir_name
+from protorl.reports.io import read_csv, series
+from protorl.reports.plots import Curve, Panel, plot_curves
+from protorl.storage.run_files import scratch_dir_name
 
 if TYPE_CHECKING:
     from protorl.training import PhaseResult

@@ -3,7 +3,7 @@
 By default each downstream phase (`finetune/` or `finetune_<task>/`) of each run directory found under the
 paths is one record, its curve the evaluation return (`eval.csv`); with `--metric COLUMN` (e.g.
 `coverage/entropy`, figure 9) each pre-training phase is one, its curve that column of `analysis.csv`
-(`protorl.results.records`). Only complete records enter the curves, the tables and the statistics: partial
+(`protorl.reports.records`). Only complete records enter the curves, the tables and the statistics: partial
 curves are left out, and every (method, task, seed) of the grid without a complete record is listed in
 `summary.txt`. Writes into the output directory: `curves.png/.pdf`, `scores.csv/.md`, `aggregate.csv`,
 `aggregate.png/.pdf`, `profiles.png/.pdf` and `summary.txt`. The statistics need rliable (the `sweep` extra).
@@ -18,8 +18,8 @@ from pathlib import Path
 import numpy as np
 
 from protorl.errors import ResultsError
-from protorl.results.plots import Curve, Level, Panel, plot_curves
-from protorl.results.records import (
+from protorl.reports.plots import Curve, Level, Panel, plot_curves
+from protorl.reports.records import (
     COMPLETE,
     RETURN,
     Metric,
@@ -31,14 +31,14 @@ from protorl.results.records import (
     not_complete,
     read_records,
 )
-from protorl.results.stats import (
+from protorl.reports.stats import (
     interval_estimates,
     plot_estimates,
     plot_profiles,
     require_rliable,
     write_estimates,
 )
-from protorl.storage.layout import PRETRAIN_DIR, is_complete
+from protorl.storage.run_files import PRETRAIN_DIR, is_complete
 
 
 def score_table(complete: list[Record], metric: Metric = RETURN) -> list[dict]:

@@ -5,7 +5,7 @@ Reads `pretrain/analysis.csv` (and `maps/`) of a run directory and writes into `
 `coverage.png` (coverage over frames, next to a uniform-random policy's), `representation.png` (the four
 `repr/*` collapse diagnostics of `train.csv`), `variance.png` (per-state std and CV of the k-NN reward, proto
 vs uniform candidates: figure 10), `map.png` (the latest maze map, if any), `finetune.png` (the fine-tuning
-diagnostics of `protorl.results.finetuning`, if the run has downstream phases) and `analysis.txt`. An older run's
+diagnostics of `protorl.reports.finetuning`, if the run has downstream phases) and `analysis.txt`. An older run's
 `analysis.csv` without some columns is analysed as far as it goes, the summary naming the columns it lacks.
 """
 
@@ -21,11 +21,11 @@ from omegaconf import DictConfig, OmegaConf
 from protorl.agents.diagnostics import COLLAPSE_SHARED_DIRECTION, collapse_message
 from protorl.errors import ResultsError
 from protorl.exploration.maps import map_paths
-from protorl.results.finetuning import evaluated_downstream_dirs, plot_finetuning
-from protorl.results.io import Rows, has, read_csv, read_result, series
-from protorl.results.paths import inside
-from protorl.results.plots import Curve, Level, Panel, plot_curves
-from protorl.storage.layout import CONFIG_FILE, PRETRAIN_DIR, RESULT_FILE
+from protorl.reports.finetuning import evaluated_downstream_dirs, plot_finetuning
+from protorl.reports.io import Rows, has, read_csv, read_result, series
+from protorl.reports.paths import inside
+from protorl.reports.plots import Curve, Level, Panel, plot_curves
+from protorl.storage.run_files import CONFIG_FILE, PRETRAIN_DIR, RESULT_FILE
 
 COVERAGE_KEYS = {  # column -> (legend, line format)
     "coverage/entropy": ("agent: normalised entropy of the visited states", "o-"),

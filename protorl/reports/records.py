@@ -19,9 +19,9 @@ import numpy as np
 from omegaconf import DictConfig, OmegaConf
 
 from protorl.errors import ResultsError
-from protorl.results.io import agent_choice, read_csv, read_result, series
-from protorl.results.paths import inside
-from protorl.storage.layout import (
+from protorl.reports.io import agent_choice, read_csv, read_result, series
+from protorl.reports.paths import inside
+from protorl.storage.run_files import (
     CONFIG_FILE,
     PRETRAIN_DIR,
     RESULT_FILE,

@@ -9,7 +9,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from protorl.errors import ResultsError
 from protorl.storage.digests import unsealed_record
-from protorl.storage.layout import RESULT_FILE
+from protorl.storage.run_files import RESULT_FILE
 
 Rows = list[dict[str, float]]
 
