@@ -11,7 +11,6 @@ timed: they finish within hours even at a second per update.
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 import time
 from dataclasses import dataclass
@@ -32,7 +31,6 @@ TIMED_UPDATES = 2  # at least, and whole periods of the agent's schedules, after
 TIMED_ENV_STEPS = 10  # after one reset
 EPISODE_FRAMES = 1000  # an evaluation episode's frames, as the suite's tasks
 HOUR_S = 3600.0
-_estimated: dict[tuple[str, str], RunDuration] = {}  # the last config estimated, for its second check
 
 
 @dataclass(frozen=True)
@@ -112,11 +110,8 @@ def estimate_duration(cfg: Config, command: str, snapshot_given: bool = False) -
 def check_duration(cfg: Config, command: str, snapshot_given: bool = False,
                    estimate: RunDuration | None = None) -> RunDuration | None:
     """Raise `ConfigError` if the run's estimate (`estimate`, or `estimate_duration`'s) exceeds `max_hours`,
-    naming what to run instead; the estimate (logged when made here) otherwise, or None where the run is not timed.
-    A command checks its config twice (before Hydra writes, then when it runs): the second finds the first's
-    estimate."""
-    key = (repr(dataclasses.replace(cfg, run_dir="")), command)
-    known = estimate or _estimated.pop(key, None)
+    naming what to run instead; the estimate (logged when made here) otherwise, or None where the run is not timed."""
+    known = estimate
     estimate = known or estimate_duration(cfg, command, snapshot_given)
     if estimate is None:
         return None
@@ -124,10 +119,8 @@ def check_duration(cfg: Config, command: str, snapshot_given: bool = False,
         raise ConfigError(f"this run would take {estimate.describe()}, more than max_hours={cfg.max_hours:g}: for "
                           "a run that ends in minutes run protorl-train (the main job) or add preset=small; on a "
                           "GPU the paper's settings take hours; to start this run anyway, add max_hours=null")
-    if known is None:  # said once per command
+    if known is None:
         log.info("estimated wall time: %s", estimate.describe())
-    _estimated.clear()
-    _estimated[key] = estimate
     return estimate
 
 
