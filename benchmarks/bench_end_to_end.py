@@ -16,7 +16,16 @@ import tempfile
 import time
 from pathlib import Path
 
-from protorl.config import Config
+from protorl.config import (
+    AnalysesConfig,
+    CheckpointsConfig,
+    Config,
+    EvaluationConfig,
+    LoggingConfig,
+    RuntimeConfig,
+    SnapshotsConfig,
+    TrainingConfig,
+)
 from protorl.runtime import prepare_process
 from protorl.training.callbacks import Callback
 
@@ -46,8 +55,8 @@ def timed_phase(cfg: Config, phase: str, out_dir: Path, pretrained: dict | None 
     """Frames per second of `phase` after its seed transitions."""
     from protorl.training.loop import Trainer
 
-    trainer = Trainer(cfg, phase, cfg.env, out_dir, pretrained=pretrained)
-    watch = Stopwatch(cfg.seed_transitions * cfg.action_repeat)
+    trainer = Trainer(cfg, phase, cfg.task, out_dir, pretrained=pretrained)
+    watch = Stopwatch(cfg.training.seed_transitions * cfg.env.action_repeat)
     trainer.callbacks.insert(0, watch)  # its phase end comes before the final evaluation's
     trainer.run()
     return watch.fps
@@ -60,8 +69,9 @@ def eval_fps(cfg: Config, snapshot: Path) -> float:
     from protorl.runtime import resolve_device
     from protorl.storage.snapshots import load_snapshot
 
-    env = make_env(cfg.env, cfg, seed=cfg.seed)
-    agent = make_agent(cfg.agent, env.obs_type, env.obs_shape, env.action_shape, resolve_device(cfg.device), "frozen")
+    env = make_env(cfg.task, cfg.env, seed=cfg.seed)
+    agent = make_agent(cfg.agent, env.obs_type, env.obs_shape, env.action_shape, resolve_device(cfg.runtime.device),
+                       "frozen")
     agent.load_pretrained(load_snapshot(snapshot)["agent"])
     time_step, frames, start = env.reset(), 0, time.perf_counter()
     while not time_step.last:
@@ -85,16 +95,18 @@ def main() -> None:
 
     with tempfile.TemporaryDirectory() as tmp:
         phase_frames = args.seed_steps * 2 + args.frames  # action repeat 2
-        cfg = Config(env=args.env, device=args.device, seed_transitions=args.seed_steps,
-                     pretrain_frames=phase_frames, finetune_frames=phase_frames,
-                     snapshot_at_frames=[], checkpoint_every_frames=None, eval_every_frames=10**9, eval_episodes=1,
-                     analysis_every_frames=None, tensorboard=False, progress_bar=False, agent=ProtoConfig(),
-                     run_dir=tmp)
-        device = prepare_process(cfg)
+        cfg = Config(task=args.env, pretrain_frames=phase_frames, finetune_frames=phase_frames, run_dir=tmp,
+                     training=TrainingConfig(seed_transitions=args.seed_steps),
+                     snapshots=SnapshotsConfig(at_frames=[]), checkpoints=CheckpointsConfig(every_frames=None),
+                     evaluation=EvaluationConfig(every_frames=10**9, episodes=1),
+                     analyses=AnalysesConfig(every_frames=None),
+                     logging=LoggingConfig(tensorboard=False, progress_bar=False),
+                     runtime=RuntimeConfig(device=args.device), agent=ProtoConfig())
+        device = prepare_process(cfg.runtime)
         name = torch.cuda.get_device_name(device) if device.type == "cuda" else \
             f"CPU, {torch.get_num_threads()} threads"
         print(f"{args.env} from pixels, paper settings (batch {cfg.agent.batch_size}, action repeat "
-              f"{cfg.action_repeat}), torch {torch.__version__}, {name}")
+              f"{cfg.env.action_repeat}), torch {torch.__version__}, {name}")
         pretrain_fps = timed_phase(cfg, "pretrain", Path(tmp) / "pretrain")
         snapshot = sorted((Path(tmp) / "pretrain" / "snapshots").glob("*.pt"))[-1]
         finetune_fps = timed_phase(cfg, "finetune", Path(tmp) / "finetune", pretrained=load_snapshot(snapshot))

@@ -53,8 +53,8 @@ def config(preset: str) -> Config:
 def filled_replay(cfg: Config, task: str, transitions: int, keeps_states: bool):
     """The env of `task` and a replay buffer of `cfg`'s capacity holding `transitions` transitions of random frames,
     in episodes of the task's length."""
-    env = make_env(task, cfg, seed=0)
-    replay = ReplayBuffer(env.frame_shape, env.frame_dtype, env.action_shape, cfg.replay_capacity, env.frame_stack,
+    env = make_env(task, cfg.env, seed=0)
+    replay = ReplayBuffer(env.frame_shape, env.frame_dtype, env.action_shape, cfg.replay.capacity, env.frame_stack,
                           seed=0, physical_state_shape=env.physical_state_shape if keeps_states else None)
     rng = np.random.default_rng(0)
     pool = [(rng.random(env.frame_shape) * 255).astype(env.frame_dtype) for _ in range(64)]
@@ -159,8 +159,8 @@ def main() -> None:
     rows = []
     with tempfile.TemporaryDirectory(dir=args.dir) as directory:
         demo = config("demo")
-        steps = demo.pretrain_frames // demo.action_repeat
-        env, replay = filled_replay(demo, demo.pretrain_env, steps, keeps_states=True)
+        steps = demo.pretrain_frames // demo.env.action_repeat
+        env, replay = filled_replay(demo, demo.pretrain_task, steps, keeps_states=True)
         snapshot = {"format_version": FORMAT_VERSION, "agent": updated_agent(demo, env, replay).snapshot_state(),
                     "env_spec": env.spec(), "config": OmegaConf.to_container(OmegaConf.structured(demo)),
                     "frames": demo.pretrain_frames, "replay": replay.state_dict()}
@@ -168,7 +168,7 @@ def main() -> None:
                         Path(directory) / "snapshot.pt", args.rounds, args.rounds, mmap=False)
         del env, replay, snapshot
         paper = config("paper")
-        env, replay = filled_replay(paper, paper.env, args.pixel_transitions, keeps_states=False)
+        env, replay = filled_replay(paper, paper.task, args.pixel_transitions, keeps_states=False)
         checkpoint = {"checkpoint_version": CHECKPOINT_VERSION, "agent": updated_agent(paper, env, replay).state_dict(),
                       "replay": replay.state_dict()}
         del replay

@@ -12,7 +12,7 @@ inside a step counts as rendering, not physics; what an analysis renders or enco
 | replay sampling | gathering a batch from the replay (`ReplayBuffer.sample`) |
 | update | the agent's update on that batch |
 | replay add | storing a step |
-| analyses | coverage, maps, reward variance, state probe (`analysis_every_frames`) |
+| analyses | coverage, maps, reward variance, state probe (`analyses.every_frames`) |
 | checkpoints | writing the phase's checkpoints |
 | snapshots, evaluation | their callbacks |
 | logging | train.csv rows and the metrics' read-back (`ProgressLog`, `Trainer.check_finite`) |
@@ -20,7 +20,7 @@ inside a step counts as rendering, not physics; what an analysis renders or enco
 
     python benchmarks/bench_pixel_run.py                                   # explore_pixels_long's settings, 2 jobs
     python benchmarks/bench_pixel_run.py --jobs 1
-    python benchmarks/bench_pixel_run.py --overrides preset=small obs=pixels   # the small pixel preset
+    python benchmarks/bench_pixel_run.py --overrides preset=small env.obs=pixels   # the small pixel preset
     python benchmarks/bench_pixel_run.py --vs /tmp/old                     # the same jobs on another checkout first
 
 `--vs CHECKOUT` runs the same jobs with another checkout's protorl first (git worktree add /tmp/old <commit>), then
@@ -46,8 +46,9 @@ import time
 from pathlib import Path
 
 # the settings timed by default: the pixel exploration study's (experiment=explore_pixels_long), over fewer frames
-DEFAULT_OVERRIDES = ["experiment=explore_pixels_long", "agent=proto", "threads=1", "progress_bar=false",
-                     "snapshot_at_frames=[]", "checkpoint_every_frames=5000", "analysis_every_frames=5000"]
+DEFAULT_OVERRIDES = ["experiment=explore_pixels_long", "agent=proto", "runtime.threads=1",
+                     "logging.progress_bar=false", "snapshots.at_frames=[]", "checkpoints.every_frames=5000",
+                     "analyses.every_frames=5000"]
 # (module, class, method, component); a method called inside another timed one counts as its own component,
 # except inside the OPAQUE components, which keep everything they call
 TIMED = [
@@ -122,7 +123,7 @@ def _worker(overrides: list[str], out: Path) -> None:
 
     def timed_run(self):
         timers.seconds.clear(), timers.calls.clear()  # the phase only, not what building the Trainer did
-        phase.update(seed_frames=self.cfg.seed_transitions * self.env.action_repeat, start=time.perf_counter())
+        phase.update(seed_frames=self.cfg.training.seed_transitions * self.env.action_repeat, start=time.perf_counter())
         try:
             return run(self)
         finally:

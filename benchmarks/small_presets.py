@@ -21,7 +21,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-LAUNCHER = ["hydra/launcher=joblib", "hydra.launcher.n_jobs=2", "threads=1", "progress_bar=false"]
+LAUNCHER = ["hydra/launcher=joblib", "hydra.launcher.n_jobs=2", "runtime.threads=1", "logging.progress_bar=false"]
 
 
 @dataclass

@@ -2,7 +2,7 @@
 
 Runs one `protorl.training.Trainer` (pre-training phase) at a tiny size for `--episodes` episodes and
 samples the process's resident set size (VmRSS from /proc/self/status) at episode ends, through a
-callback added to the Trainer's. The replay ring (`replay_capacity` 2000 frames, about 16
+callback added to the Trainer's. The replay ring (`replay.capacity` 2000 frames, about 16
 episodes of 126 frames) wraps early, so after the warm-up every allocation the loop needs exists
 already: RSS should then stay flat. The summary gives RSS after the warm-up, at the end, and the
 least-squares growth per 100 episodes over the post-warm-up samples.
@@ -56,24 +56,30 @@ def slope_per_100(xs: list[float], ys: list[float]) -> float:
 
 def build_config(args: argparse.Namespace, run_dir: Path):
     from protorl.agents.proto.agent import ProtoConfig
-    from protorl.config import Config
+    from protorl.config import (
+        CheckpointsConfig,
+        Config,
+        EnvConfig,
+        EvaluationConfig,
+        LoggingConfig,
+        ReplayConfig,
+        RuntimeConfig,
+        SnapshotsConfig,
+        TrainingConfig,
+    )
 
     steps_per_episode = -(-EPISODE_FRAMES // args.action_repeat)
-    extra = {}
-    if args.checkpoint_every_episodes:
-        extra["checkpoint_every_frames"] = args.checkpoint_every_episodes * EPISODE_FRAMES
-    elif "checkpoint_every_frames" in Config.__dataclass_fields__:
-        extra["checkpoint_every_frames"] = None
+    checkpoint_every = args.checkpoint_every_episodes * EPISODE_FRAMES if args.checkpoint_every_episodes else None
     return Config(
-        env=args.env, obs=args.obs, seed=args.seed, device="cpu",
-        image_size=32, action_repeat=args.action_repeat,
+        task=args.env, seed=args.seed,
+        env=EnvConfig(obs=args.obs, image_size=32, action_repeat=args.action_repeat),
         pretrain_frames=args.episodes * steps_per_episode * args.action_repeat,
-        seed_transitions=50, replay_capacity=args.replay_capacity,
-        eval_every_frames=10**9, eval_episodes=1, snapshot_at_frames=[],
-        log_every_episodes=1, tensorboard=False, progress_bar=False,
-        threads=args.threads, run_dir=str(run_dir),
+        training=TrainingConfig(seed_transitions=50), replay=ReplayConfig(capacity=args.replay_capacity),
+        evaluation=EvaluationConfig(every_frames=10**9, episodes=1), snapshots=SnapshotsConfig(at_frames=[]),
+        checkpoints=CheckpointsConfig(every_frames=checkpoint_every),
+        logging=LoggingConfig(every_episodes=1, tensorboard=False, progress_bar=False),
+        runtime=RuntimeConfig(device="cpu", threads=args.threads), run_dir=str(run_dir),
         agent=ProtoConfig(batch_size=16, hidden_dim=64, num_prototypes=32),
-        **extra,
     )
 
 
@@ -123,12 +129,12 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="protorl_soak_") as tmp:
         cfg = build_config(args, Path(tmp))
         validate(cfg, "pretrain")
-        prepare_process(cfg)
-        print(f"soak: {args.episodes} episodes of {args.env} ({args.obs}, {cfg.image_size}px, action repeat "
-              f"{cfg.action_repeat}), batch {cfg.agent.batch_size}, replay capacity {cfg.replay_capacity}, "
-              f"{args.threads} thread(s), fast_malloc={cfg.fast_malloc}; python {sys.version.split()[0]}")
+        prepare_process(cfg.runtime)
+        print(f"soak: {args.episodes} episodes of {args.env} ({args.obs}, {cfg.env.image_size}px, action repeat "
+              f"{cfg.env.action_repeat}), batch {cfg.agent.batch_size}, replay capacity {cfg.replay.capacity}, "
+              f"{args.threads} thread(s), fast_malloc={cfg.runtime.fast_malloc}; python {sys.version.split()[0]}")
         rss_start = rss_mb()
-        trainer = Trainer(cfg, "pretrain", cfg.env, Path(tmp) / "pretrain")
+        trainer = Trainer(cfg, "pretrain", cfg.task, Path(tmp) / "pretrain")
         trainer.callbacks.append(Sampler(trainer))
         print(f"RSS before the trainer: {rss_start:.1f} MB, after building it: {rss_mb():.1f} MB")
         print(f"{'episode':>8} {'frames':>10} {'RSS MB':>9} {'gc objects':>11} {'wrapped':>8} {'time s':>8}")

@@ -1,6 +1,6 @@
 """Typed run configuration with the paper's defaults (appendix C, table 1).
 
-Units: every `*_frames` value counts environment frames; an agent step is `action_repeat` frames.
+Units: every `*_frames` value counts environment frames; an agent step is `env.action_repeat` frames.
 The Hydra YAML files in `protorl/conf/` build on this schema; `protorl.app.validate` checks values at start-up.
 """
 
@@ -15,8 +15,10 @@ from omegaconf import MISSING
 
 from protorl.errors import ConfigError
 
-__all__ = ["EVAL_SEED_OFFSET", "MAX_SEED", "AgentConfig", "Config", "ConfigError",
-           "downstream_tasks", "in_unit_interval", "invalid", "positive"]
+__all__ = ["EVAL_SEED_OFFSET", "GROUPS", "MAX_SEED", "RENAMED", "AgentConfig", "AnalysesConfig", "CheckpointsConfig",
+           "Config", "ConfigError", "EnvConfig", "EvaluationConfig", "LoggingConfig", "ReplayConfig", "RuntimeConfig",
+           "SnapshotsConfig", "TrainingConfig", "downstream_tasks", "grouped", "in_unit_interval", "invalid",
+           "positive", "renamed_message"]
 
 
 @dataclass
@@ -98,22 +100,196 @@ def in_unit_interval(prefix: str, node, *keys: str) -> None:
 
 
 @dataclass
-class Config:
-    """One run: which phase, on which task, for how long, and where its outputs go."""
+class EnvConfig:
+    """How a task is observed and stepped (appendix C.1): what `protorl.envs.make_env` takes."""
 
-    env: str = "point_mass_easy"  # task the agent is evaluated and fine-tuned on (`domain_task`)
-    pretrain_env: str | None = None  # task-agnostic phase task; None: same as `env` (its reward is hidden)
+    obs: str = "pixels"  # "pixels" (stacked RGB frames) or "states" (the suite's proprioceptive vector)
+    image_size: int = 84
+    frame_stack: int = 3  # pixels only; state observations are not stacked
+    action_repeat: int = 2  # frames per agent step
+    camera_id: int | None = None  # None: camera 2 for quadruped, camera 0 otherwise
+
+    def check(self) -> None:
+        """Raise `ConfigError` naming the first invalid value."""
+        if self.obs not in ("pixels", "states"):
+            raise invalid("env.obs", self.obs, "'pixels' or 'states'")
+        positive("env", self, "image_size", "frame_stack", "action_repeat")
+        if self.obs == "pixels" and self.image_size < 15:
+            raise invalid("env.image_size", self.image_size,
+                          "at least 15 pixels (the 4-layer conv encoder needs a 1x1 output)")
+
+
+@dataclass
+class TrainingConfig:
+    """The loop's schedule: when the agent acts at random and how often it updates."""
+
+    seed_transitions: int = 1000  # agent steps of a uniform-random policy before updates start
+    update_every_steps: int = 1  # one agent update per agent step
+    updates_per_step: int = 1  # agent updates at each updating step (the update-to-data ratio; the paper: 1)
+
+    def check(self) -> None:
+        """Raise `ConfigError` naming the first invalid value."""
+        if self.seed_transitions < 0:
+            raise invalid("training.seed_transitions", self.seed_transitions, "an integer >= 0")
+        positive("training", self, "update_every_steps", "updates_per_step")
+
+
+@dataclass
+class ReplayConfig:
+    """The replay buffer of a phase."""
+
+    capacity: int = 100_000  # stored agent steps (slots): each episode's first frame takes one too
+    # also keep the replay's frames in the accelerator's memory and sample there (a 100k-frame pixel buffer is
+    # ~2 GB); None: when the device is CUDA and they take under half its free memory
+    on_device: bool | None = None
+    # fine-tuning on the pre-training's data, a departure from the paper (docs/finetuning.md): this share of every
+    # fine-tuning batch comes from the snapshot's replay (`snapshots.with_replay`), its rewards relabelled for the
+    # downstream task; 0: the paper
+    pretrain_data_share: float = 0.0
+
+    def check(self) -> None:
+        """Raise `ConfigError` naming the first invalid value."""
+        positive("replay", self, "capacity")
+        if not 0 <= self.pretrain_data_share < 1:
+            raise invalid("replay.pretrain_data_share", self.pretrain_data_share, "a number in [0, 1): the share "
+                          "of each fine-tuning batch drawn from the pre-training's replay")
+
+
+@dataclass
+class SnapshotsConfig:
+    """The pre-training's snapshots, which fine-tuning starts from."""
+
+    at_frames: list[int] = field(default_factory=lambda: [100_000, 200_000, 500_000, 1_000_000])
+    # also hold the replay buffer with each frame's physical state, for `replay.pretrain_data_share` (per 100k
+    # frames: the U-maze from states 3.6 MB, 84x84 pixels ~1 GB)
+    with_replay: bool = False
+
+    def check(self) -> None:
+        """Raise `ConfigError` naming the first invalid value."""
+        if any(frames <= 0 for frames in self.at_frames):
+            raise invalid("snapshots.at_frames", list(self.at_frames), "a list of positive frame counts")
+
+
+@dataclass
+class CheckpointsConfig:
+    """The full training state, for an exact resume."""
+
+    every_frames: int | None = 100_000  # at the next episode end; None: never
+    every_minutes: float | None = None  # also checkpoint when this much wall time has passed
+    keep: int = 2  # newest checkpoints kept per phase
+    keep_completed: bool = False  # keep a phase's checkpoints once it has completed (else they are deleted)
+
+    def check(self) -> None:
+        """Raise `ConfigError` naming the first invalid value."""
+        if self.every_frames is not None and self.every_frames <= 0:
+            raise invalid("checkpoints.every_frames", self.every_frames, "a positive frame count or null")
+        if self.every_minutes is not None and self.every_minutes <= 0:
+            raise invalid("checkpoints.every_minutes", self.every_minutes, "a positive number of minutes or null")
+        positive("checkpoints", self, "keep")
+
+
+@dataclass
+class EvaluationConfig:
+    """Evaluation episodes with the policy's mean action, on an environment of its own seed."""
+
+    every_frames: int = 10_000
+    episodes: int = 10
+    during_pretrain: bool = False
+    save_video: bool = False
+    video_size: int = 256
+
+    def check(self) -> None:
+        """Raise `ConfigError` naming the first invalid value."""
+        positive("evaluation", self, "every_frames", "video_size")
+        if self.episodes < 0:
+            raise invalid("evaluation.episodes", self.episodes, "an integer >= 0")
+
+
+@dataclass
+class AnalysesConfig:
+    """Pre-training analyses (protorl/exploration/): state coverage, maze maps, k-NN reward variance, state probe."""
+
+    every_frames: int | None = 50_000  # also once at the end of pre-training; None: no analyses
+    coverage_bins: int = 20  # bins per coverage coordinate (e.g. 20 x 20 cells of the maze's x, y)
+    random_reference: bool = True  # also report the coverage of a uniform-random policy over the same frames
+    variance_probes: int = 128  # probe states whose reward variance is measured, drawn once from the replay
+    variance_repeats: int = 10  # candidate sets drawn per scheme (proto, uniform) and analysis
+    map_samples: int = 2048  # replay observations encoded to place each prototype on the maze map
+    # also probe the encoder (docs/probe.md) on this many uniform-random frames; None: not
+    probe_samples: int | None = None
+
+    def check(self) -> None:
+        """Raise `ConfigError` naming the first invalid value."""
+        if self.every_frames is not None and self.every_frames <= 0:
+            raise invalid("analyses.every_frames", self.every_frames, "a positive frame count or null")
+        if self.coverage_bins < 2:
+            raise invalid("analyses.coverage_bins", self.coverage_bins, "an integer >= 2")
+        if self.probe_samples is not None and self.probe_samples < 20:
+            raise invalid("analyses.probe_samples", self.probe_samples,
+                          "null or at least 20 frames (a quarter of them are held out)")
+        if self.variance_repeats < 2:
+            raise invalid("analyses.variance_repeats", self.variance_repeats,
+                          "an integer >= 2 (a spread needs two draws)")
+        positive("analyses", self, "variance_probes", "map_samples")
+
+
+@dataclass
+class LoggingConfig:
+    """Where the metrics go besides the phase's CSV files."""
+
+    every_episodes: int = 1  # a train.csv row every this many episodes
+    tensorboard: bool = True
+    progress_bar: bool = True
+    wandb: bool = False  # also log to Weights & Biases (needs `pip install -e ".[wandb]"`)
+    wandb_project: str = "protorl"
+    wandb_entity: str | None = None  # None: your default W&B entity
+    wandb_group: str | None = None  # e.g. one group per sweep
+
+    def check(self) -> None:
+        """Raise `ConfigError` naming the first invalid value."""
+        positive("logging", self, "every_episodes")
+
+
+@dataclass
+class RuntimeConfig:
+    """How the process computes, not what: the device, threads, allocator and the wall-time limit."""
+
+    device: str = "auto"  # auto: CUDA when available, else CPU
+    threads: int | None = None  # torch intra-op threads; None leaves torch's default (one per core)
+    fast_malloc: bool = True  # keep large tensors off glibc's mmap path (see protorl.runtime.tune_malloc)
+    cudnn_benchmark: bool = True  # CUDA: cuDNN picks its fastest convolutions for the run's fixed shapes
+    # step the training environment on a thread of its own while the agent updates: the same results. Off by
+    # default: on a 2-core CPU its thread slows torch's down (docs/benchmarks/index.md); not yet measured on a GPU
+    overlap_env_step: bool = False
+    # refuse a run whose wall time, estimated on this machine before it starts (protorl/app/duration.py), exceeds
+    # this many hours; null: no limit
+    max_hours: float | None = 24.0
+
+    def check(self) -> None:
+        """Raise `ConfigError` naming the first invalid value (the device is checked where it is resolved)."""
+        if self.threads is not None and self.threads <= 0:
+            raise invalid("runtime.threads", self.threads, "a positive integer or null")
+        if self.max_hours is not None and self.max_hours <= 0:
+            raise invalid("runtime.max_hours", self.max_hours, "a positive number of hours, or null for no limit")
+
+
+@dataclass
+class Config:
+    """One run: which phase, on which task, for how long, where its outputs go; each part's settings in its group."""
+
+    task: str = "point_mass_easy"  # task the agent is evaluated and fine-tuned on (`domain_task`)
+    pretrain_task: str | None = None  # task-agnostic phase task; None: same as `task` (its reward is hidden)
+    # downstream tasks of one pre-training (protorl-train, protorl-finetune), each in its own
+    # `finetune_<task>/` directory; empty: `task` alone, in `finetune/`
+    finetune_tasks: list[str] = field(default_factory=list)
     snapshot: str | None = None  # finetune: path of the pre-training snapshot to start from
     # finetune without `snapshot`: a pre-training sweep's directory; the snapshot is its run's of this agent, task
-    # (`pretrain_env` or `env`) and seed, at `pretrain_frames` (protorl/storage/snapshots.py)
+    # (`pretrain_task` or `task`) and seed, at `pretrain_frames` (protorl/storage/snapshots.py)
     pretrain_sweep: str | None = None
     # set by the commands: the digest the snapshot was written with (the SHA-256 of its content; of the whole file
     # for one written before digests existed), which identifies it wherever it lives (a run directory continues
     # from a snapshot moved elsewhere, and refuses another one at the same path, or this one changed)
     snapshot_sha256: str | None = None
-    # downstream tasks of one pre-training (protorl-train, protorl-finetune), each in its own
-    # `finetune_<task>/` directory; empty: `env` alone, in `finetune/`
-    finetune_envs: list[str] = field(default_factory=list)
     # also fine-tune each downstream task without pre-training, the same frames, in `finetune_scratch_<task>/`:
     # the agent's online mode (Proto-RL: appendix H), for the comparison that shows what pre-training bought
     compare_without_pretraining: bool = False
@@ -121,87 +297,88 @@ class Config:
     # seeds it was not chosen on, docs/results/main-job.md); None: no line
     comparison_note: str | None = None
     seed: int = 1
-    device: str = "auto"  # auto: CUDA when available, else CPU
-    # how the task is observed (appendix C.1)
-    obs: str = "pixels"  # "pixels" (stacked RGB frames) or "states" (the suite's proprioceptive vector)
-    image_size: int = 84
-    frame_stack: int = 3  # pixels only; state observations are not stacked
-    action_repeat: int = 2
-    camera_id: int | None = None  # None: camera 2 for quadruped, camera 0 otherwise
     pretrain_frames: int = 500_000  # 0 (protorl-train only): no pre-training, learn online from the task reward
     finetune_frames: int = 500_000
-    seed_transitions: int = 1000  # agent steps of a uniform-random policy before updates start
-    replay_capacity: int = 100_000  # stored agent steps (slots): each episode's first frame takes one too
-    # also keep the replay's frames in the accelerator's memory and sample there (a 100k-frame pixel buffer is
-    # ~2 GB); None: when the device is CUDA and they take under half its free memory
-    replay_on_device: bool | None = None
-    update_every_steps: int = 1  # one agent update per agent step
-    updates_per_step: int = 1  # agent updates at each updating step (the update-to-data ratio; the paper: 1)
-    # step the training environment on a thread of its own while the agent updates: the same results. Off by
-    # default: on a 2-core CPU its thread slows torch's down (docs/benchmarks/index.md); not yet measured on a GPU
-    overlap_env_step: bool = False
-    eval_every_frames: int = 10_000
-    eval_episodes: int = 10
-    eval_during_pretrain: bool = False
-    snapshot_at_frames: list[int] = field(default_factory=lambda: [100_000, 200_000, 500_000, 1_000_000])
-    # Fine-tuning on the pre-training's data, a departure from the paper (docs/finetuning.md). `snapshot_replay`:
-    # pre-training snapshots also hold the replay buffer with each frame's physical state (per 100k frames: the
-    # U-maze from states 3.6 MB, 84x84 pixels ~1 GB). `pretrain_data_share`: this share of every fine-tuning batch
-    # comes from the snapshot's replay, its rewards relabelled for the downstream task; 0: the paper
-    snapshot_replay: bool = False
-    pretrain_data_share: float = 0.0
-    checkpoint_every_frames: int | None = 100_000  # full training state, at the next episode end; None: never
-    checkpoint_every_minutes: float | None = None  # also checkpoint when this much wall time has passed
-    checkpoint_keep: int = 2  # newest checkpoints kept per phase
     resume: bool = True  # continue the run already in `run_dir` (same settings); false: refuse such a directory
     start_over: bool = False  # delete the run data already in `run_dir` and start again
-    keep_checkpoints: bool = False  # keep a phase's checkpoints once it has completed (else they are deleted)
-    log_every_episodes: int = 1
-    save_video: bool = False
-    video_size: int = 256
-    tensorboard: bool = True
-    wandb: bool = False  # also log to Weights & Biases (needs `pip install -e ".[wandb]"`)
-    wandb_project: str = "protorl"
-    wandb_entity: str | None = None  # None: your default W&B entity
-    wandb_group: str | None = None  # e.g. one group per sweep
-    progress_bar: bool = True
-    # refuse a run whose wall time, estimated on this machine before it starts (protorl/app/duration.py), exceeds this
-    # many hours; null: no limit
-    max_hours: float | None = 24.0
-    threads: int | None = None  # torch intra-op threads; None leaves torch's default (one per core)
-    fast_malloc: bool = True  # keep large tensors off glibc's mmap path (see protorl.runtime.tune_malloc)
-    cudnn_benchmark: bool = True  # CUDA: cuDNN picks its fastest convolutions for the run's fixed shapes
-    # Pre-training analyses (protorl/exploration/): state coverage, maze maps, k-NN reward variance, state probe
-    analysis_every_frames: int | None = 50_000  # also once at the end of pre-training; None: no analyses
-    coverage_bins: int = 20  # bins per coverage coordinate (e.g. 20 x 20 cells of the maze's x, y)
-    random_reference: bool = True  # also report the coverage of a uniform-random policy over the same frames
-    variance_probes: int = 128  # probe states whose reward variance is measured, drawn once from the replay
-    variance_repeats: int = 10  # candidate sets drawn per scheme (proto, uniform) and analysis
-    map_samples: int = 2048  # replay observations encoded to place each prototype on the maze map
-    # the analyses also probe the encoder (docs/probe.md) on this many uniform-random frames; None: not
-    probe_samples: int | None = None
     run_dir: str = MISSING  # set by the YAML files to Hydra's output directory
+    env: EnvConfig = field(default_factory=EnvConfig)
+    training: TrainingConfig = field(default_factory=TrainingConfig)
+    replay: ReplayConfig = field(default_factory=ReplayConfig)
+    snapshots: SnapshotsConfig = field(default_factory=SnapshotsConfig)
+    checkpoints: CheckpointsConfig = field(default_factory=CheckpointsConfig)
+    evaluation: EvaluationConfig = field(default_factory=EvaluationConfig)
+    analyses: AnalysesConfig = field(default_factory=AnalysesConfig)
+    logging: LoggingConfig = field(default_factory=LoggingConfig)
+    runtime: RuntimeConfig = field(default_factory=RuntimeConfig)
     agent: AgentConfig = field(default_factory=AgentConfig)  # the chosen agent's subclass (`agent=NAME`)
+
+
+GROUPS = ("env", "training", "replay", "snapshots", "checkpoints", "evaluation", "analyses", "logging", "runtime")
+
+# The keys of the flat config before the groups, and what each is now
+RENAMED = {
+    "env": "task", "pretrain_env": "pretrain_task", "finetune_envs": "finetune_tasks",
+    "obs": "env.obs", "image_size": "env.image_size", "frame_stack": "env.frame_stack",
+    "action_repeat": "env.action_repeat", "camera_id": "env.camera_id",
+    "seed_transitions": "training.seed_transitions", "update_every_steps": "training.update_every_steps",
+    "updates_per_step": "training.updates_per_step",
+    "replay_capacity": "replay.capacity", "replay_on_device": "replay.on_device",
+    "pretrain_data_share": "replay.pretrain_data_share",
+    "snapshot_at_frames": "snapshots.at_frames", "snapshot_replay": "snapshots.with_replay",
+    "checkpoint_every_frames": "checkpoints.every_frames", "checkpoint_every_minutes": "checkpoints.every_minutes",
+    "checkpoint_keep": "checkpoints.keep", "keep_checkpoints": "checkpoints.keep_completed",
+    "eval_every_frames": "evaluation.every_frames", "eval_episodes": "evaluation.episodes",
+    "eval_during_pretrain": "evaluation.during_pretrain", "save_video": "evaluation.save_video",
+    "video_size": "evaluation.video_size",
+    "analysis_every_frames": "analyses.every_frames", "coverage_bins": "analyses.coverage_bins",
+    "random_reference": "analyses.random_reference", "variance_probes": "analyses.variance_probes",
+    "variance_repeats": "analyses.variance_repeats", "map_samples": "analyses.map_samples",
+    "probe_samples": "analyses.probe_samples",
+    "log_every_episodes": "logging.every_episodes", "tensorboard": "logging.tensorboard",
+    "progress_bar": "logging.progress_bar", "wandb": "logging.wandb", "wandb_project": "logging.wandb_project",
+    "wandb_entity": "logging.wandb_entity", "wandb_group": "logging.wandb_group",
+    "device": "runtime.device", "threads": "runtime.threads", "fast_malloc": "runtime.fast_malloc",
+    "cudnn_benchmark": "runtime.cudnn_benchmark", "overlap_env_step": "runtime.overlap_env_step",
+    "max_hours": "runtime.max_hours",
+}
+
+
+def renamed_message(key: str) -> str:
+    """The one line that refuses a key of the flat config, naming the key that replaced it."""
+    return f"{key} is now {RENAMED[key]}: the settings are grouped (every key: docs/commands.md; CHANGELOG.md)"
+
+
+def grouped(saved: dict) -> dict:
+    """A saved config (a run directory's config.yaml as a dict) on today's keys: one written with the flat keys
+    before the groups is moved into them; one written since is returned as it is."""
+    if not any(key in saved and not isinstance(saved[key], dict) for key in RENAMED):
+        return saved
+    moved: dict = {}
+    for key, value in saved.items():
+        group, _, name = RENAMED.get(key, key).rpartition(".")
+        (moved.setdefault(group, {}) if group else moved)[name] = value
+    return moved
 
 
 EVAL_SEED_OFFSET = 100_000  # the evaluation environment's seed: the run's plus this, apart from training's stream
 MAX_SEED = 2**32 - 1 - EVAL_SEED_OFFSET  # NumPy's and MuJoCo's seeds are 32-bit
 
 def downstream_tasks(cfg: Config) -> list[str]:
-    """The tasks fine-tuned after one pre-training: `finetune_envs`, or `env` alone."""
-    return list(cfg.finetune_envs) or [cfg.env]
+    """The tasks fine-tuned after one pre-training: `finetune_tasks`, or `task` alone."""
+    return list(cfg.finetune_tasks) or [cfg.task]
 
 
 def runs_analyses(cfg: Config, phase: str) -> bool:
     """Whether `phase` ("pretrain" or "finetune") runs the exploration analyses: pre-training with
-    `analysis_every_frames`."""
-    return phase == "pretrain" and cfg.analysis_every_frames is not None
+    `analyses.every_frames`."""
+    return phase == "pretrain" and cfg.analyses.every_frames is not None
 
 
 def keeps_physical_states(cfg: Config, phase: str) -> bool:
     """Whether the replay buffer of `phase` keeps every frame's physical state: for the analyses, or for a
-    snapshot's replay (`snapshot_replay`), which fine-tuning relabels with a task's reward."""
-    return runs_analyses(cfg, phase) or (phase == "pretrain" and cfg.snapshot_replay)
+    snapshot's replay (`snapshots.with_replay`), which fine-tuning relabels with a task's reward."""
+    return runs_analyses(cfg, phase) or (phase == "pretrain" and cfg.snapshots.with_replay)
 
 
 _TYPE_NAMES = {int: "an integer", float: "a number", bool: "true or false", str: "a string"}

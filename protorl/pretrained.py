@@ -15,6 +15,7 @@ import torch
 
 from protorl.agents import Agent
 from protorl.agents.capabilities import Prototypes
+from protorl.config import grouped
 from protorl.errors import ConfigError, SnapshotError, first_line
 from protorl.runtime import check_device
 from protorl.storage.snapshots import load_snapshot, snapshot_agent
@@ -22,7 +23,8 @@ from protorl.storage.snapshots import load_snapshot, snapshot_agent
 
 class Pretrained:
     """A snapshot's frozen representation (encoder, and for Proto-RL its projector and prototypes) and its
-    exploration actor, with the environment spec it was pre-trained on."""
+    exploration actor, with the environment spec it was pre-trained on and the run's `config` (plain data, on
+    today's keys: `config["task"]`, `config["env"]["obs"]`)."""
 
     def __init__(self, agent: Agent, env_spec: dict, config: dict, frames: int):
         self.agent, self.env_spec, self.config, self.frames = agent, env_spec, config, frames
@@ -99,4 +101,4 @@ def load_pretrained(path: str | Path, device: str | torch.device = "auto") -> Pr
     agent.load_pretrained(payload["agent"])
     if not agent.loads_pretrained_actor:  # the snapshot's exploration actor, whatever the agent does downstream
         agent.sac.actor.load_state_dict(payload["agent"]["actor"])
-    return Pretrained(agent, payload["env_spec"], payload["config"], int(payload["frames"]))
+    return Pretrained(agent, payload["env_spec"], grouped(payload["config"]), int(payload["frames"]))

@@ -10,7 +10,7 @@ import sys
 import numpy as np
 import torch
 
-from protorl.config import Config
+from protorl.config import RuntimeConfig
 from protorl.errors import ConfigError
 
 
@@ -71,10 +71,10 @@ def tune_malloc() -> bool:
     return bool(ok_mmap and ok_trim)
 
 
-def prepare_process(cfg: Config) -> torch.device:
+def prepare_process(cfg: RuntimeConfig) -> torch.device:
     """Process-wide settings for a run: threads, allocator tuning, cuDNN's algorithm search; returns the device.
 
-    On CUDA, `cudnn_benchmark` lets cuDNN time its convolution algorithms once per input shape and keep the
+    On CUDA, `runtime.cudnn_benchmark` lets cuDNN time its convolution algorithms once per input shape and keep the
     fastest: every update has the same shapes. The algorithm it picks may differ between runs."""
     if cfg.fast_malloc:
         tune_malloc()

@@ -6,10 +6,12 @@ Not a test module: tests import it (`from tests.agents import ...`) instead of i
 
 from __future__ import annotations
 
+import dataclasses
+
 import torch
 
 from protorl.agents import BUILT_IN, Agent
-from protorl.config import AgentConfig, Config
+from protorl.config import GROUPS, AgentConfig, Config
 from protorl.replay import ReplayBuffer
 
 IMAGE_SIZE = 32
@@ -47,10 +49,33 @@ def update(agent: Agent, replay: ReplayBuffer, step: int) -> dict[str, torch.Ten
     return agent.update(replay.sample(agent.cfg.batch_size, agent.device), step)
 
 
+# the tiny run of `tiny`: top-level keys, and in each group the keys it sets (the others keep their defaults)
+TINY_RUN = {
+    "task": "point_mass_easy", "pretrain_frames": 1000, "finetune_frames": 1000,
+    "env": {"obs": "states", "action_repeat": 8},
+    "training": {"seed_transitions": 20},
+    "replay": {"capacity": 2000},
+    "evaluation": {"episodes": 1, "every_frames": 1000},
+    "analyses": {"every_frames": None},
+    "snapshots": {"at_frames": []},
+    "logging": {"progress_bar": False, "tensorboard": False},
+    "runtime": {"threads": 1, "fast_malloc": False},
+}
+GROUP_CLASSES = {item.name: item.default_factory for item in dataclasses.fields(Config) if item.name in GROUPS}
+
+
+def config_of(settings: dict, **fields) -> Config:
+    """The `Config` of `settings` (top-level keys, and groups as dicts of some of their keys) with `fields` on top.
+    A group in `fields` given as a dict changes only those of its keys (`env={"obs": "pixels"}`); given as its
+    dataclass, it replaces the whole group."""
+    merged = dict(settings)
+    for key, value in fields.items():
+        merged[key] = {**merged.get(key, {}), **value} if key in GROUPS and isinstance(value, dict) else value
+    groups = {name: GROUP_CLASSES[name](**merged[name]) for name in GROUPS if isinstance(merged.get(name), dict)}
+    return Config(**{**merged, **groups})
+
+
 def tiny(run_dir, **fields) -> Config:
-    """A tiny run from states on point_mass_easy: 1000-frame episodes of 125 agent steps."""
-    settings = dict(obs="states", env="point_mass_easy", action_repeat=8, seed_transitions=20, replay_capacity=2000,
-                    eval_episodes=1, eval_every_frames=1000, analysis_every_frames=None, snapshot_at_frames=[],
-                    progress_bar=False, threads=1, fast_malloc=False, tensorboard=False, pretrain_frames=1000,
-                    finetune_frames=1000, agent=tiny_config("proto"), run_dir=str(run_dir))
-    return Config(**{**settings, **fields})
+    """A tiny run from states on point_mass_easy: 1000-frame episodes of 125 agent steps (`config_of` says how
+    `fields` change it)."""
+    return config_of({**TINY_RUN, "agent": tiny_config("proto"), "run_dir": str(run_dir)}, **fields)

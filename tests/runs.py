@@ -23,18 +23,19 @@ AGENT_SIZES = {
 }
 # a tiny run from states: 1000-frame point_mass episodes of 125 agent steps (action repeat 8), a tiny agent
 STATES_SHARED = [
-    "obs=states", "preset=small", "env=point_mass_easy", "action_repeat=8", "seed_transitions=20",
-    "replay_capacity=2000", "agent.batch_size=8", "agent.hidden_dim=32", "agent.feature_dim=16",
-    "agent.state_hidden_dim=32", "eval_episodes=1", "eval_every_frames=1000", "analysis_every_frames=null",
-    "snapshot_at_frames=[]", "progress_bar=false", "threads=1",
+    "env.obs=states", "preset=small", "task=point_mass_easy", "env.action_repeat=8", "training.seed_transitions=20",
+    "replay.capacity=2000", "agent.batch_size=8", "agent.hidden_dim=32", "agent.feature_dim=16",
+    "agent.state_hidden_dim=32", "evaluation.episodes=1", "evaluation.every_frames=1000",
+    "analyses.every_frames=null", "snapshots.at_frames=[]", "logging.progress_bar=false", "runtime.threads=1",
 ]
 STATES = [*STATES_SHARED, *AGENT_SIZES["proto"]]  # Proto-RL, the default agent
 # a tiny run from pixels: 32x32 frames, action repeat 8 (125 agent steps per 1000-frame point_mass episode), a
 # tiny agent, one intra-op thread: each subprocess takes seconds
 TINY_SHARED = [
-    "image_size=32", "action_repeat=8", "seed_transitions=20", "replay_capacity=500",
+    "env.image_size=32", "env.action_repeat=8", "training.seed_transitions=20", "replay.capacity=500",
     "agent.batch_size=8", "agent.hidden_dim=32", "agent.feature_dim=16", "agent.state_hidden_dim=32",
-    "eval_episodes=1", "eval_every_frames=1000", "tensorboard=false", "progress_bar=false", "threads=1",
+    "evaluation.episodes=1", "evaluation.every_frames=1000", "logging.tensorboard=false",
+    "logging.progress_bar=false", "runtime.threads=1",
 ]
 TINY = [*TINY_SHARED, *AGENT_SIZES["proto"]]  # Proto-RL, the default agent
 

@@ -24,13 +24,13 @@ pytestmark = pytest.mark.slow  # the slow tier: this module runs protorl's comma
 REPS = 50
 
 
-def make_run(run_dir: Path, agent: str = "proto", env: str = "walker_run", seed: int = 1,
+def make_run(run_dir: Path, agent: str = "proto", task: str = "walker_run", seed: int = 1,
              curves: dict[str, list[tuple[int, float]]] | None = None, running: tuple[str, ...] = (),
              intr_coef: float = 0.2) -> Path:
     """A run directory: `config.yaml` and, per phase directory in `curves` ({name: [(frames, return)]}), its
     `eval.csv` and, unless the phase is in `running`, its `result.json`."""
     run_dir.mkdir(parents=True)
-    OmegaConf.save({"env": env, "seed": seed, "agent": {"name": agent, "intr_coef": intr_coef},
+    OmegaConf.save({"task": task, "seed": seed, "agent": {"name": agent, "intr_coef": intr_coef},
                     "pretrain_frames": 4000, "finetune_frames": 2000}, run_dir / "config.yaml")
     for phase, rows in (curves or {}).items():
         (run_dir / phase).mkdir()
@@ -41,8 +41,8 @@ def make_run(run_dir: Path, agent: str = "proto", env: str = "walker_run", seed:
                               "episode_reward_std": 1.0, "episodes": 10, "total_time_s": 1.0}
                              for frames, reward in rows)
         if phase not in running:
-            task = env if phase == "finetune" else phase.removeprefix("finetune_")
-            result = {"phase": "finetune", "task": task, "frames": max((r[0] for r in rows), default=0),
+            phase_task = task if phase == "finetune" else phase.removeprefix("finetune_")
+            result = {"phase": "finetune", "task": phase_task, "frames": max((r[0] for r in rows), default=0),
                       "episodes": 4, "wall_time_s": 1.0}
             (run_dir / phase / "result.json").write_text(json.dumps(result))
     return run_dir
@@ -134,7 +134,7 @@ def test_one_record_per_finetune_task_and_sweep_discovery(tmp_path):
     sweep.mkdir(parents=True)
     (sweep / "multirun.yaml").write_text("hydra: {}\n")
     for seed in (1, 2):
-        run = make_run(sweep / f"{seed - 1}_walker_seed{seed}", env="walker_stand", seed=seed, curves=curves)
+        run = make_run(sweep / f"{seed - 1}_walker_seed{seed}", task="walker_stand", seed=seed, curves=curves)
         (run / ".hydra").mkdir()
         (run / ".hydra" / "config.yaml").write_text("seed: 99\n")  # Hydra's copy: not a run of its own
     (sweep / "2_crashed_before_start" / ".hydra").mkdir(parents=True)  # a job that never wrote config.yaml
@@ -221,9 +221,9 @@ def test_drq_is_a_line_at_its_final_mean_unless_all_curves_are_asked_for():
 
 def test_figures_are_written_as_png_and_pdf(tmp_path):
     for agent, score in (("proto", 600.0), ("random", 100.0), ("drq", 800.0)):
-        for env in ("walker_run", "cheetah_run"):
+        for task in ("walker_run", "cheetah_run"):
             for seed in (1, 2):
-                make_run(tmp_path / f"{agent}_{env}_{seed}", agent=agent, env=env, seed=seed,
+                make_run(tmp_path / f"{agent}_{task}_{seed}", agent=agent, task=task, seed=seed,
                          curves=final_curve(score + seed))
     run_aggregate([tmp_path], tmp_path / "out")
     for name in ("curves", "aggregate", "profiles"):
@@ -258,7 +258,7 @@ def test_a_pretraining_metric_is_aggregated_by_method_from_analysis_csv(tmp_path
     """--metric coverage/entropy (figure 9): one record per pre-training phase, its last analysis row."""
     finals = {("proto", 1): 0.5, ("proto", 2): 0.7, ("random", 1): 0.2, ("random", 2): 0.4}
     for (agent, seed), final in finals.items():
-        run = make_run(tmp_path / "runs" / f"{agent}_{seed}", agent=agent, env="point_mass_maze_explore", seed=seed)
+        run = make_run(tmp_path / "runs" / f"{agent}_{seed}", agent=agent, task="point_mass_maze_explore", seed=seed)
         (run / "pretrain").mkdir()
         (run / "pretrain" / "analysis.csv").write_text(
             f"frames,coverage/entropy,variance/proto_cv\n2000,{final},\n1000,0.1,0.3\n")  # rows out of order
@@ -275,8 +275,8 @@ def test_a_pretraining_metric_is_aggregated_by_method_from_analysis_csv(tmp_path
 
 def test_returns_are_normalised_by_each_tasks_maximum_return(tmp_path):
     """Reach Duplo's episodes are 250 control steps (appendix C.1), the suite's 1000: 125 and 500 both score 0.5."""
-    make_run(tmp_path / "runs" / "duplo", env="reach_duplo_top_left", curves=final_curve(125.0))
-    make_run(tmp_path / "runs" / "walker", env="walker_run", curves=final_curve(500.0))
+    make_run(tmp_path / "runs" / "duplo", task="reach_duplo_top_left", curves=final_curve(125.0))
+    make_run(tmp_path / "runs" / "walker", task="walker_run", curves=final_curve(500.0))
     run_aggregate([tmp_path / "runs"], tmp_path / "out")
     points = {row["metric"]: float(row["point"]) for row in read_rows(tmp_path / "out" / "aggregate.csv")}
     assert points["Mean"] == pytest.approx(0.5) and points["Optimality Gap"] == pytest.approx(0.5)
@@ -284,8 +284,8 @@ def test_returns_are_normalised_by_each_tasks_maximum_return(tmp_path):
 
 def test_reference_scores_replace_the_maximum_return_for_rliable(tmp_path):
     """--reference TASK=SCORE: expert-normalised scores, as URLB reports them; the return table is unchanged."""
-    make_run(tmp_path / "runs" / "run", env="walker_run", curves=final_curve(200.0))
-    make_run(tmp_path / "runs" / "walk", env="walker_walk", curves=final_curve(600.0))
+    make_run(tmp_path / "runs" / "run", task="walker_run", curves=final_curve(200.0))
+    make_run(tmp_path / "runs" / "walk", task="walker_walk", curves=final_curve(600.0))
     run_aggregate([tmp_path / "runs"], tmp_path / "out", "--reference", "walker_run=800", "walker_walk=960")
     points = {row["metric"]: float(row["point"]) for row in read_rows(tmp_path / "out" / "aggregate.csv")}
     assert points["Mean"] == pytest.approx((200 / 800 + 600 / 960) / 2)
@@ -302,8 +302,8 @@ def test_reference_scores_replace_the_maximum_return_for_rliable(tmp_path):
     (["walker_run=800", "walker_run=700"], "--reference names a task twice"),
 ])
 def test_a_bad_reference_is_one_line_and_writes_nothing(tmp_path, capsys, references, message):
-    make_run(tmp_path / "runs" / "run", env="walker_run", curves=final_curve(200.0))
-    make_run(tmp_path / "runs" / "walk", env="walker_walk", curves=final_curve(600.0))
+    make_run(tmp_path / "runs" / "run", task="walker_run", curves=final_curve(200.0))
+    make_run(tmp_path / "runs" / "walk", task="walker_walk", curves=final_curve(600.0))
     with pytest.raises(SystemExit) as exit_info:
         run_aggregate([tmp_path / "runs"], tmp_path / "out", "--reference", *references)
     err = capsys.readouterr().err
@@ -362,13 +362,26 @@ def test_a_run_repeated_with_other_checkpoint_settings_is_a_duplicate_not_anothe
     one record kept, the other listed as a duplicate, and neither called a run without the phase."""
     make_run(tmp_path / "sweep" / "0_proto", curves=final_curve(300.0))
     single = make_run(tmp_path / "single", curves=final_curve(300.0))
-    OmegaConf.save(OmegaConf.merge(OmegaConf.load(single / "config.yaml"), {"checkpoint_every_frames": 500}),
+    OmegaConf.save(OmegaConf.merge(OmegaConf.load(single / "config.yaml"), {"checkpoints": {"every_frames": 500}}),
                    single / "config.yaml")
     run_aggregate([tmp_path / "sweep", tmp_path / "single"], tmp_path / "out")
     summary = capsys.readouterr().out
     assert "duplicate ignored" in summary and "run without such a phase" not in summary
     assert len(read_rows(tmp_path / "out" / "scores.csv")) == 1
 
+
+
+def test_a_run_saved_with_the_flat_keys_of_before_the_groups_is_read_on_todays_keys(tmp_path):
+    """A config.yaml written before the settings were grouped (`env` its task, `checkpoint_every_frames`) is read
+    on today's keys: the same experiment as a run saved since, another seed of it."""
+    make_run(tmp_path / "runs" / "grouped", curves=final_curve(300.0))
+    flat = make_run(tmp_path / "runs" / "flat", seed=2, curves=final_curve(100.0))
+    OmegaConf.save({"env": "walker_run", "seed": 2, "agent": {"name": "proto", "intr_coef": 0.2},
+                    "pretrain_frames": 4000, "finetune_frames": 2000, "checkpoint_every_frames": 500},
+                   flat / "config.yaml")
+    run_aggregate([tmp_path / "runs"], tmp_path / "out")
+    (row,) = read_rows(tmp_path / "out" / "scores.csv")
+    assert (row["task"], int(row["n_seeds"]), float(row["mean"])) == ("walker_run", 2, 200.0)
 
 def test_group_by_agent_labels_the_agent_config_chosen(tmp_path):
     """agent=proto_paper and agent=proto are both agent.name "proto": `--group-by agent` tells them apart by

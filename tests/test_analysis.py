@@ -16,7 +16,7 @@ import torch
 
 from protorl.app.tools import analyze
 from protorl.app.validate import validate
-from protorl.config import Config, ConfigError
+from protorl.config import AnalysesConfig, Config, ConfigError, EnvConfig
 from protorl.envs import DMCEnv
 from protorl.errors import CheckpointError, ResultsError
 from protorl.exploration.coverage import (
@@ -41,6 +41,7 @@ from protorl.replay import ReplayBuffer
 from protorl.reports.analyze import analyze_run
 from protorl.training import Trainer
 from protorl.training.callbacks.exploration import AnalysisMonitor
+from tests.agents import config_of
 from tests.agents import tiny_config as tiny_agent_config
 from tests.runs import TINY, assert_ok, read_csv, run
 
@@ -197,10 +198,10 @@ def test_reward_variance_equals_its_definition_with_every_draw_encoded(build_age
 def test_agents_without_prototypes_get_coverage_and_a_map(tmp_path):
     """A monitor over an agent with no head: coverage and the visitation map, no reward variance."""
     env = DMCEnv("point_mass_maze_explore", obs="states", seed=0)
-    cfg = Config(env=env.task, obs="states", analysis_every_frames=100, run_dir=str(tmp_path))
     replay = ReplayBuffer(env.frame_shape, env.frame_dtype, env.action_shape, 100, 1,
                           physical_state_shape=env.physical_state_shape)
-    monitor = AnalysisMonitor(cfg, env, object(), replay, Logger(tmp_path, (), tensorboard=False), tmp_path)
+    monitor = AnalysisMonitor(AnalysesConfig(every_frames=100), EnvConfig(obs="states"), 1, [env.task], 120, env,
+                              object(), replay, Logger(tmp_path, (), tensorboard=False), tmp_path)
     time_step = env.reset()
     replay.add_first(time_step.frame, time_step.physical_state)
     monitor.on_time_step(time_step)
@@ -218,13 +219,21 @@ def test_agents_without_prototypes_get_coverage_and_a_map(tmp_path):
 
 # -- in the training loop -------------------------------------------------------------------------------------
 def tiny_run_config(run_dir, **overrides) -> Config:
-    """Maze from states, 125 agent steps per episode, analyses every 1000 frames (every episode end)."""
-    values = dict(env="point_mass_maze_explore", obs="states", action_repeat=8, seed_transitions=20,
-                  replay_capacity=500, pretrain_frames=3000, snapshot_at_frames=[], checkpoint_every_frames=1000,
-                  checkpoint_keep=5, keep_checkpoints=True, eval_episodes=1, analysis_every_frames=1000,
-                  variance_probes=8, variance_repeats=3, map_samples=32, tensorboard=False, progress_bar=False,
-                  run_dir=str(run_dir), agent=tiny_agent_config("proto"))
-    return Config(**{**values, **overrides})
+    """Maze from states, 125 agent steps per episode, analyses every 1000 frames (every episode end); `overrides`
+    as `tests.agents.config_of` takes them (a group as a dict of some of its keys)."""
+    values = {
+        "task": "point_mass_maze_explore", "pretrain_frames": 3000, "run_dir": str(run_dir),
+        "agent": tiny_agent_config("proto"),
+        "env": {"obs": "states", "action_repeat": 8},
+        "training": {"seed_transitions": 20},
+        "replay": {"capacity": 500},
+        "snapshots": {"at_frames": []},
+        "checkpoints": {"every_frames": 1000, "keep": 5, "keep_completed": True},
+        "evaluation": {"episodes": 1},
+        "analyses": {"every_frames": 1000, "variance_probes": 8, "variance_repeats": 3, "map_samples": 32},
+        "logging": {"tensorboard": False, "progress_bar": False},
+    }
+    return config_of(values, **overrides)
 
 
 def without(rows: list[dict[str, str]], *columns: str) -> list[dict[str, str]]:
@@ -237,11 +246,11 @@ def test_exact_resume_with_analyses_and_no_effect_on_training(tmp_path):
     and a run without analyses trains identically (the analyses draw from their own generators)."""
     cfg = tiny_run_config(tmp_path)
     straight = tmp_path / "straight"
-    Trainer(cfg, "pretrain", cfg.env, straight).run()
+    Trainer(cfg, "pretrain", cfg.task, straight).run()
     resumed = tmp_path / "resumed"
     shutil.copytree(straight, resumed)
     (resumed / "result.json").unlink()
-    trainer = Trainer(cfg, "pretrain", cfg.env, resumed)
+    trainer = Trainer(cfg, "pretrain", cfg.task, resumed)
     trainer.load_state_dict(torch.load(resumed / "checkpoints" / "checkpoint_1000.pt", weights_only=True))
     assert len(read_csv(resumed / "analysis.csv")[1]) == 1  # rows after the checkpoint dropped
     trainer.run()
@@ -253,7 +262,7 @@ def test_exact_resume_with_analyses_and_no_effect_on_training(tmp_path):
         assert (resumed / "maps" / name).read_bytes() == (straight / "maps" / name).read_bytes()
 
     plain = tmp_path / "plain"
-    Trainer(tiny_run_config(tmp_path, analysis_every_frames=None), "pretrain", cfg.env, plain).run()
+    Trainer(tiny_run_config(tmp_path, analyses={"every_frames": None}), "pretrain", cfg.task, plain).run()
     assert not (plain / "analysis.csv").exists()
     timing = ("fps", "total_time_s")
     assert without(read_csv(plain / "train.csv")[1], *timing) == without(read_csv(straight / "train.csv")[1], *timing)
@@ -263,20 +272,21 @@ def test_exact_resume_with_analyses_and_no_effect_on_training(tmp_path):
 def test_resuming_with_other_analysis_settings_is_refused_with_a_reason(tmp_path):
     cfg = tiny_run_config(tmp_path)
     run_dir = tmp_path / "run"
-    Trainer(cfg, "pretrain", cfg.env, run_dir).run()
+    Trainer(cfg, "pretrain", cfg.task, run_dir).run()
     state = torch.load(run_dir / "checkpoints" / "checkpoint_1000.pt", weights_only=True)
-    for other, reason in [(tiny_run_config(tmp_path, analysis_every_frames=None), "written with analyses on"),
-                          (tiny_run_config(tmp_path, coverage_bins=7), "coverage histogram has shape (20, 20)")]:
-        trainer = Trainer(other, "pretrain", cfg.env, tmp_path / f"other_{other.coverage_bins}")
+    for other, reason in [(tiny_run_config(tmp_path, analyses={"every_frames": None}), "written with analyses on"),
+                          (tiny_run_config(tmp_path, analyses={"coverage_bins": 7}),
+                           "coverage histogram has shape (20, 20)")]:
+        trainer = Trainer(other, "pretrain", cfg.task, tmp_path / f"other_{other.analyses.coverage_bins}")
         with pytest.raises(CheckpointError, match=re.escape(reason)):
             trainer.load_state_dict(state)
 
 
 def test_config_checks_analysis_values():
-    for key, value in (("analysis_every_frames", 0), ("coverage_bins", 1), ("variance_repeats", 1),
+    for key, value in (("every_frames", 0), ("coverage_bins", 1), ("variance_repeats", 1),
                        ("variance_probes", 0), ("map_samples", 0)):
-        with pytest.raises(ConfigError, match=key):
-            validate(tiny_run_config(".", **{key: value}), "pretrain")
+        with pytest.raises(ConfigError, match=rf"analyses\.{key}="):
+            validate(tiny_run_config(".", analyses={key: value}), "pretrain")
 
 
 # -- end to end: a pixel maze run, then protorl-analyze --------------------------------------------------------
@@ -285,11 +295,11 @@ def maze_run(tmp_path_factory):
     run_dir = tmp_path_factory.mktemp("analysis") / "maze"
     # the first analysis (1000 frames = 125 agent steps) comes before the first update (seeding: 130 steps), when
     # Proto-RL's queue is still empty; the second after it
-    overrides = [o for o in TINY if not o.startswith(("tensorboard=", "seed_transitions="))]
-    assert_ok(run("pretrain", *overrides, "tensorboard=true", "seed_transitions=130", "env=point_mass_maze_explore",
-                  "pretrain_frames=2000",
-                  "snapshot_at_frames=[]", "analysis_every_frames=1000", "variance_probes=16",
-                  "variance_repeats=4", "map_samples=64", run_dir=run_dir))
+    overrides = [o for o in TINY if not o.startswith(("logging.tensorboard=", "training.seed_transitions="))]
+    assert_ok(run("pretrain", *overrides, "logging.tensorboard=true", "training.seed_transitions=130",
+                  "task=point_mass_maze_explore", "pretrain_frames=2000", "snapshots.at_frames=[]",
+                  "analyses.every_frames=1000", "analyses.variance_probes=16", "analyses.variance_repeats=4",
+                  "analyses.map_samples=64", run_dir=run_dir))
     return run_dir
 
 

@@ -301,8 +301,8 @@ def test_state_of_a_variant_does_not_load_into_the_paper_head(make_cfg):
 
 
 # -- end to end: real pre-training runs from states ---------------------------------------------------------
-SMALL_MAZE = ["preset=small", "obs=states", "env=point_mass_maze_explore", "pretrain_frames=3000",
-              "progress_bar=false", "tensorboard=false", "threads=1"]
+SMALL_MAZE = ["preset=small", "env.obs=states", "task=point_mass_maze_explore", "pretrain_frames=3000",
+              "logging.progress_bar=false", "logging.tensorboard=false", "runtime.threads=1"]
 
 
 @pytest.fixture(scope="module")

@@ -256,9 +256,9 @@ def test_every_method_is_selectable_by_name():
 
 # -- end to end through the command line, on a real task --------------------------------------------------
 
-STATES = ["preset=small", *TINY_SHARED, "obs=states", "env=point_mass_maze_reach_center",
-          "pretrain_env=point_mass_maze_explore", "pretrain_frames=1000", "finetune_frames=1000",
-          "snapshot_at_frames=[]"]
+STATES = ["preset=small", *TINY_SHARED, "env.obs=states", "task=point_mass_maze_reach_center",
+          "pretrain_task=point_mass_maze_explore", "pretrain_frames=1000", "finetune_frames=1000",
+          "snapshots.at_frames=[]"]
 
 
 @pytest.mark.slow
@@ -275,7 +275,7 @@ def test_baseline_pretrain_snapshot_finetune(name, tmp_path: Path):
     assert len(train_rows) == 1  # one 1000-frame episode
     # the same snapshot fine-tunes on another task of the domain through protorl-finetune
     other = tmp_path / f"{name}_other"
-    assert_ok(run("finetune", *STATES, *tiny_agent(name), "env=point_mass_maze_reach_top_right",
+    assert_ok(run("finetune", *STATES, *tiny_agent(name), "task=point_mass_maze_reach_top_right",
                   f"snapshot={snapshot}", run_dir=other))
     assert (other / "finetune" / "result.json").exists()
 

@@ -36,7 +36,7 @@ TRAIN_COLUMNS = [*EPISODE_COLUMNS, *ProtoAgent.metric_names()]  # the episode, t
 @pytest.fixture(scope="module")
 def pretrain_run(tmp_path_factory):
     run_dir = tmp_path_factory.mktemp("cli") / "pretrain_run"
-    result = run("pretrain", *TINY, "env=point_mass_easy", "pretrain_frames=1000", "snapshot_at_frames=[496]",
+    result = run("pretrain", *TINY, "task=point_mass_easy", "pretrain_frames=1000", "snapshots.at_frames=[496]",
                  run_dir=run_dir)
     return run_dir, result
 
@@ -47,7 +47,7 @@ def finetune_run(pretrain_run, tmp_path_factory):
     assert_ok(pretrain_result)
     snapshot = pretrain_dir / "pretrain" / "snapshots" / "snapshot_1000.pt"
     run_dir = tmp_path_factory.mktemp("cli") / "finetune_run"
-    result = run("finetune", *TINY, "env=point_mass_hard", f"snapshot={snapshot}", "finetune_frames=1000",
+    result = run("finetune", *TINY, "task=point_mass_hard", f"snapshot={snapshot}", "finetune_frames=1000",
                  run_dir=run_dir)
     return run_dir, result, snapshot
 
@@ -80,8 +80,8 @@ def test_pretrain_end_to_end(pretrain_run):
     assert header == EVAL_COLUMNS and rows == []  # no evaluation during pre-training by default
 
     config = OmegaConf.load(run_dir / "config.yaml")
-    assert config.env == "point_mass_easy" and config.pretrain_frames == 1000
-    assert config.agent.num_prototypes == 16 and config.image_size == 32
+    assert config.task == "point_mass_easy" and config.pretrain_frames == 1000
+    assert config.agent.num_prototypes == 16 and config.env.image_size == 32
     assert config.run_dir == str(run_dir)
 
     assert (run_dir / "curves.png").stat().st_size > 0
@@ -110,7 +110,7 @@ def test_finetune_end_to_end(finetune_run):
         assert_finite_floats(r, ["agent_steps", "episode_reward", "episode_reward_std"])
 
     config = OmegaConf.load(run_dir / "config.yaml")
-    assert config.env == "point_mass_hard" and config.snapshot == str(snapshot)
+    assert config.task == "point_mass_hard" and config.snapshot == str(snapshot)
     assert (run_dir / "curves.png").exists()
     assert "finetune" in result.stdout and "point_mass_hard" in result.stdout
     assert "eval episode reward by frames: 0:" in result.stdout
@@ -127,8 +127,9 @@ def test_eval_csv_columns_are_filled(finetune_run):
 
 def test_train_runs_both_phases(tmp_path):
     run_dir = tmp_path / "train_run"
-    result = run("train", "preset=small", *TINY, "env=point_mass_easy", "pretrain_frames=1000",
-                 "finetune_frames=1000", "snapshot_at_frames=[496]", "update_every_steps=1", run_dir=run_dir)
+    result = run("train", "preset=small", *TINY, "task=point_mass_easy", "pretrain_frames=1000",
+                 "finetune_frames=1000", "snapshots.at_frames=[496]", "training.update_every_steps=1",
+                 run_dir=run_dir)
     assert_ok(result)
     assert (run_dir / "pretrain" / "snapshots" / "snapshot_1000.pt").is_file()
     for phase in ("pretrain", "finetune"):
@@ -147,7 +148,7 @@ def test_finetune_on_other_domain_is_refused(pretrain_run, tmp_path):
     pretrain_dir, pretrain_result = pretrain_run
     assert_ok(pretrain_result)
     snapshot = pretrain_dir / "pretrain" / "snapshots" / "snapshot_1000.pt"
-    result = run("finetune", *TINY, "env=walker_walk", f"snapshot={snapshot}", "finetune_frames=1000",
+    result = run("finetune", *TINY, "task=walker_walk", f"snapshot={snapshot}", "finetune_frames=1000",
                  run_dir=tmp_path / "walker")
     assert_user_error(result, str(snapshot), "domain", "point_mass", "walker")
     assert not (tmp_path / "walker").exists()  # refused before Hydra creates the run directory
@@ -155,21 +156,21 @@ def test_finetune_on_other_domain_is_refused(pretrain_run, tmp_path):
 
 def test_finetune_missing_snapshot(tmp_path):
     missing = tmp_path / "no_such_snapshot.pt"
-    result = run("finetune", *TINY, "env=point_mass_hard", f"snapshot={missing}", run_dir=tmp_path / "run")
+    result = run("finetune", *TINY, "task=point_mass_hard", f"snapshot={missing}", run_dir=tmp_path / "run")
     assert_user_error(result, str(missing))
     assert not (tmp_path / "run").exists()
     assert result.stdout == ""  # nothing but the error: no library's start-up chatter on stdout either
 
 
 def test_unknown_task_exits_2_pointing_to_the_task_list(tmp_path):
-    result = run("pretrain", "env=not_a_task", run_dir=tmp_path / "run")
+    result = run("pretrain", "task=not_a_task", run_dir=tmp_path / "run")
     line = assert_user_error(result, "unknown task 'not_a_task'", "protorl-tasks", "gym:<id>")
     assert "did you mean" not in line  # nothing is close to it
     assert not (tmp_path / "run").exists()  # refused before anything is written
 
 
 @pytest.mark.parametrize(("override", "meant"), [
-    ("env=walker_rn", "did you mean walker_run?"),  # a task
+    ("task=walker_rn", "did you mean walker_run?"),  # a task
     ("agent=protoo", "did you mean proto?"),  # a config group's option: Hydra's error
     ("preset=smal", "did you mean small?"),
 ])
@@ -185,7 +186,7 @@ def test_help_says_what_the_command_does_and_the_keys_to_change_first(command, t
     assert_ok(result)
     text = result.stdout
     assert text.startswith(f"protorl-{command}: ") and "the keys to change first:" in text
-    assert "preset=" in text and "env=TASK" in text and "commands.md" in text
+    assert "preset=" in text and "task=TASK" in text and "commands.md" in text
     assert "agent_schema" not in text and "agent_preset" not in text  # internal config groups
     assert "proto_paper" in text and "fig4_small" in text  # the groups' options, read from the configs
     assert not (tmp_path / "run").exists()
@@ -198,14 +199,15 @@ def test_invalid_value_exits_2(tmp_path):
 
 
 def test_finetune_without_snapshot_exits_2(tmp_path):
-    result = run("finetune", "env=point_mass_hard", run_dir=tmp_path / "run")
+    result = run("finetune", "task=point_mass_hard", run_dir=tmp_path / "run")
     assert_user_error(result, "snapshot")
     assert not (tmp_path / "run").exists()
 
 
 @pytest.mark.parametrize(("override", "fragment"), [
-    ("agent.lr=-1", "agent.lr"), ("obs=rgb", "obs"), ("device=tpu", "device"), ("agent.discount=2", "discount"),
-    ("checkpoint_keep=0", "checkpoint_keep"), ("pretrain_env=nowhere", "nowhere"), ("seed=abc", "seed"),
+    ("agent.lr=-1", "agent.lr"), ("env.obs=rgb", "env.obs"), ("runtime.device=tpu", "runtime.device"),
+    ("agent.discount=2", "discount"), ("checkpoints.keep=0", "checkpoints.keep"), ("pretrain_task=nowhere", "nowhere"),
+    ("seed=abc", "seed"),
 ])
 def test_each_invalid_config_class_is_refused_before_any_output(tmp_path, override, fragment):
     result = run("train", override, run_dir=tmp_path / "run")
@@ -214,12 +216,12 @@ def test_each_invalid_config_class_is_refused_before_any_output(tmp_path, overri
     assert not (tmp_path / "run").exists()
 
 
-def test_env_the_main_jobs_preset_would_ignore_is_refused_before_any_output(tmp_path):
-    """The main job's preset names the U-maze's tasks in pretrain_env and finetune_envs: `protorl-train
-    env=walker_run` would run them, not walker_run."""
-    result = run("train", "env=walker_run", run_dir=tmp_path / "run")
-    assert_user_error(result, "env=walker_run", "pretrain_env=point_mass_maze_explore",
-                      "finetune_envs=[point_mass_maze_reach_top_left]", "preset=small")
+def test_a_task_the_main_jobs_preset_would_ignore_is_refused_before_any_output(tmp_path):
+    """The main job's preset names the U-maze's tasks in pretrain_task and finetune_tasks: `protorl-train
+    task=walker_run` would run them, not walker_run."""
+    result = run("train", "task=walker_run", run_dir=tmp_path / "run")
+    assert_user_error(result, "task=walker_run", "pretrain_task=point_mass_maze_explore",
+                      "finetune_tasks=[point_mass_maze_reach_top_left]", "preset=small")
     assert not (tmp_path / "run").exists()
 
 
@@ -233,8 +235,8 @@ def test_diverging_run_stops_with_a_clear_message(tmp_path):
     """A learning rate of 1e30 sends the weights to inf within a few updates: the run must stop, say which
     metric went non-finite, and not write a finished result."""
     run_dir = tmp_path / "nan"
-    result = run("pretrain", *TINY, "obs=states", "agent.lr=1e30", "pretrain_frames=3000",
-                 "checkpoint_every_frames=1000", run_dir=run_dir)
+    result = run("pretrain", *TINY, "env.obs=states", "agent.lr=1e30", "pretrain_frames=3000",
+                 "checkpoints.every_frames=1000", run_dir=run_dir)
     assert result.returncode == 3, result.stderr
     assert "non-finite" in result.stderr and "protorl: error:" in result.stderr and "Traceback" not in result.stderr
     assert not (run_dir / "pretrain" / "result.json").exists()
@@ -244,15 +246,15 @@ def test_finetune_with_other_agent_architecture_is_a_user_error(pretrain_run, tm
     pretrain_dir, pretrain_result = pretrain_run
     assert_ok(pretrain_result)
     snapshot = pretrain_dir / "pretrain" / "snapshots" / "snapshot_1000.pt"
-    result = run("finetune", *TINY, "agent.num_prototypes=32", "env=point_mass_hard",
+    result = run("finetune", *TINY, "agent.num_prototypes=32", "task=point_mass_hard",
                  f"snapshot={snapshot}", "finetune_frames=1000", run_dir=tmp_path / "arch")
     assert_user_error(result, str(snapshot), "num_prototypes")
 
 
 def test_states_pretrain_end_to_end(tmp_path):
     run_dir = tmp_path / "states_run"
-    result = run("pretrain", *TINY, "obs=states", "env=point_mass_easy", "pretrain_frames=1000",
-                 "snapshot_at_frames=[]", run_dir=run_dir)
+    result = run("pretrain", *TINY, "env.obs=states", "task=point_mass_easy", "pretrain_frames=1000",
+                 "snapshots.at_frames=[]", run_dir=run_dir)
     assert_ok(result)
     payload = load_snapshot(run_dir / "pretrain" / "snapshots" / "snapshot_1000.pt")
     assert payload["env_spec"]["obs_type"] == "states"
@@ -268,7 +270,7 @@ def test_same_seed_reproduces_the_run(pretrain_run, tmp_path):
     first_dir, first = pretrain_run
     assert_ok(first)
     second_dir = tmp_path / "again"
-    assert_ok(run("pretrain", *TINY, "env=point_mass_easy", "pretrain_frames=1000", "snapshot_at_frames=[496]",
+    assert_ok(run("pretrain", *TINY, "task=point_mass_easy", "pretrain_frames=1000", "snapshots.at_frames=[496]",
                   run_dir=second_dir))
     assert read_rows(first_dir / "pretrain" / "train.csv") == read_rows(second_dir / "pretrain" / "train.csv")
     snapshots = [load_snapshot(d / "pretrain" / "snapshots" / "snapshot_1000.pt")["agent"]
@@ -302,7 +304,7 @@ def test_a_command_checks_its_config_and_reads_its_snapshot_once(pretrain_run, t
     assert_ok(pretrain_result)
     snapshot = pretrain_dir / "pretrain" / "snapshots" / "snapshot_1000.pt"
     run_dir = tmp_path / "finetune_once"
-    line = command_line("finetune", *TINY, "env=point_mass_hard", f"snapshot={snapshot}", "finetune_frames=1000",
+    line = command_line("finetune", *TINY, "task=point_mass_hard", f"snapshot={snapshot}", "finetune_frames=1000",
                         run_dir=run_dir)
     result = subprocess.run([line[0], "-c", COUNTING, *line[3:]], capture_output=True, text=True,
                             timeout=TIMEOUT_S, env=environment(), cwd=tmp_path)

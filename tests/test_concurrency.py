@@ -1,6 +1,6 @@
-"""Overlapping the environment's step with the agent's update (`overlap_env_step`) changes nothing: the run's logs,
-networks, optimisers, replay and random states are the serial run's bit for bit, through a real pre-training from
-pixels (the loop is the same for every phase)."""
+"""Overlapping the environment's step with the agent's update (`runtime.overlap_env_step`) changes nothing: the
+run's logs, networks, optimisers, replay and random states are the serial run's bit for bit, through a real
+pre-training from pixels (the loop is the same for every phase)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import torch
 import protorl
 from protorl.config import Config
 from protorl.storage.checkpoints import load_newest_checkpoint
-from tests.agents import tiny_config
+from tests.agents import config_of, tiny_config
 from tests.runs import read_rows
 
 pytestmark = pytest.mark.slow  # the slow tier: this module runs protorl's commands or real training
@@ -19,14 +19,22 @@ pytestmark = pytest.mark.slow  # the slow tier: this module runs protorl's comma
 UNTIMED = {"elapsed_s", "wall_time_s", "logger"}
 
 
-def tiny_pixels(run_dir, **fields) -> Config:
+def tiny_pixels(run_dir, overlap_env_step: bool, **fields) -> Config:
     """Pre-training on point_mass_easy from 32x32 pixels: 125 agent steps, the final checkpoint kept."""
-    settings = dict(obs="pixels", image_size=32, env="point_mass_easy", action_repeat=8, seed_transitions=20,
-                    replay_capacity=500, eval_episodes=1, eval_every_frames=1000, analysis_every_frames=None,
-                    snapshot_at_frames=[], progress_bar=False, threads=1, tensorboard=False, pretrain_frames=1000,
-                    checkpoint_every_frames=1000, keep_checkpoints=True,
-                    agent=tiny_config("proto", anti_collapse="center", reward_space="raw"), run_dir=str(run_dir))
-    return Config(**{**settings, **fields})
+    settings = {
+        "task": "point_mass_easy", "pretrain_frames": 1000, "run_dir": str(run_dir),
+        "agent": tiny_config("proto", anti_collapse="center", reward_space="raw"),
+        "env": {"obs": "pixels", "image_size": 32, "action_repeat": 8},
+        "training": {"seed_transitions": 20},
+        "replay": {"capacity": 500},
+        "evaluation": {"episodes": 1, "every_frames": 1000},
+        "analyses": {"every_frames": None},
+        "snapshots": {"at_frames": []},
+        "checkpoints": {"every_frames": 1000, "keep_completed": True},
+        "logging": {"progress_bar": False, "tensorboard": False},
+        "runtime": {"threads": 1, "overlap_env_step": overlap_env_step},
+    }
+    return config_of(settings, **fields)
 
 
 def flatten(state, prefix: str = "") -> dict:

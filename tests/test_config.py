@@ -3,27 +3,44 @@
 from __future__ import annotations
 
 import dataclasses
+import re
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 import torch
 
+import protorl
 from protorl.agents.proto.agent import ProtoConfig
-from protorl.app.validate import check_named_env, validate
-from protorl.config import AgentConfig, Config, ConfigError
-from tests.agents import update
+from protorl.app.validate import check_named_task, validate
+from protorl.config import GROUPS, RENAMED, AgentConfig, Config, ConfigError, grouped, renamed_message
+from tests.agents import config_of, update
+from tests.runs import TIMEOUT_S, assert_user_error, environment
+
+ROOT = Path(__file__).resolve().parents[1]
 
 # -- validation --------------------------------------------------------------------------------------
 
 
-def make_config(agent: dict | None = None, **top) -> Config:
-    return Config(agent=ProtoConfig(**(agent or {})), **top)
+def make_config(agent: dict | None = None, **fields) -> Config:
+    """The paper's Config with Proto-RL's `agent` keys changed, and `fields` (a group as a dict of some of its
+    keys: `env={"obs": "states"}`)."""
+    return config_of({"agent": ProtoConfig(**(agent or {}))}, **fields)
+
+
+def value_at(node, key: str):
+    """A dotted key's value in a Config or a composed config: `replay.capacity` is `node.replay.capacity`."""
+    for part in key.split("."):
+        node = getattr(node, part)
+    return node
 
 
 def test_defaults_are_valid():
     validate(make_config(), "pretrain")
     validate(make_config(snapshot="some/snapshot.pt"), "finetune")
-    validate(make_config(obs="states", image_size=84), "pretrain")
-    validate(make_config(env="walker_walk", pretrain_env="walker_run", device="cpu"), "pretrain")
+    validate(make_config(env={"obs": "states", "image_size": 84}), "pretrain")
+    validate(make_config(task="walker_walk", pretrain_task="walker_run", runtime={"device": "cpu"}), "pretrain")
 
 
 @pytest.mark.parametrize(
@@ -32,7 +49,7 @@ def test_defaults_are_valid():
         (make_config({"batch_size": 0}), "pretrain", "agent.batch_size"),
         (make_config({"discount": 1.5}), "pretrain", "agent.discount"),
         (make_config({"discount": 0.0}), "pretrain", "agent.discount"),
-        (make_config(obs="rgb"), "pretrain", "obs"),
+        (make_config(env={"obs": "rgb"}), "pretrain", "env.obs"),
         (make_config({"intr_coef": -0.1}), "finetune", "agent.intr_coef"),
         (make_config(), "finetune", "snapshot"),
         (make_config(snapshot=""), "finetune", "snapshot"),
@@ -43,18 +60,22 @@ def test_defaults_are_valid():
         (make_config({"log_std_min": 2.0, "log_std_max": -10.0}), "pretrain", "agent.log_std_min"),
         (make_config({"knn_k": 9, "num_prototypes": 2, "candidates_per_prototype": 4}), "pretrain",
          "agent.knn_k"),
-        (make_config(seed_transitions=-1), "pretrain", "seed_transitions"),
+        (make_config(training={"seed_transitions": -1}), "pretrain", "training.seed_transitions"),
         (make_config(pretrain_frames=0), "pretrain", "pretrain_frames"),
-        (make_config(replay_capacity=0), "pretrain", "replay_capacity"),
-        (make_config({"batch_size": 32}, replay_capacity=10), "pretrain", "agent.batch_size 32"),
-        (make_config(snapshot_at_frames=[1000, 0]), "pretrain", "snapshot_at_frames"),
-        (make_config(threads=0), "pretrain", "threads"),
-        (make_config(image_size=8), "pretrain", "image_size"),
-        (make_config(frame_stack=0), "pretrain", "frame_stack"),
-        (make_config(action_repeat=0), "pretrain", "action_repeat"),
-        (make_config(device="tpu"), "pretrain", "device"),
-        (make_config(device="cuda:"), "pretrain", "device"),
-        (make_config(device="cpu:0"), "pretrain", "device"),
+        (make_config(replay={"capacity": 0}), "pretrain", "replay.capacity"),
+        (make_config({"batch_size": 32}, replay={"capacity": 10}), "pretrain", "agent.batch_size 32"),
+        (make_config(snapshots={"at_frames": [1000, 0]}), "pretrain", "snapshots.at_frames"),
+        (make_config(runtime={"threads": 0}), "pretrain", "runtime.threads"),
+        (make_config(env={"image_size": 8}), "pretrain", "env.image_size"),
+        (make_config(env={"frame_stack": 0}), "pretrain", "env.frame_stack"),
+        (make_config(env={"action_repeat": 0}), "pretrain", "env.action_repeat"),
+        (make_config(runtime={"device": "tpu"}), "pretrain", "runtime.device"),
+        (make_config(runtime={"device": "cuda:"}), "pretrain", "runtime.device"),
+        (make_config(runtime={"device": "cpu:0"}), "pretrain", "runtime.device"),
+        (make_config(analyses={"coverage_bins": 1}), "pretrain", "analyses.coverage_bins"),
+        (make_config(checkpoints={"keep": 0}), "pretrain", "checkpoints.keep"),
+        (make_config(evaluation={"episodes": -1}), "pretrain", "evaluation.episodes"),
+        (make_config(logging={"every_episodes": 0}), "pretrain", "logging.every_episodes"),
         (make_config({"anti_collapse": "whiten"}), "pretrain", "agent.anti_collapse"),
         (make_config({"reward_space": "cosine"}), "pretrain", "agent.reward_space"),
         (make_config({"ssl_update_every": 0}), "pretrain", "agent.ssl_update_every"),
@@ -74,26 +95,26 @@ def test_cuda_device_without_cuda(device, monkeypatch):
     answer is patched both ways)."""
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
     with pytest.raises(ConfigError) as info:
-        validate(make_config(device=device), "pretrain")
-    assert str(info.value) == (f"invalid config value device={device!r}: expected 'auto' or 'cpu': "
+        validate(make_config(runtime={"device": device}), "pretrain")
+    assert str(info.value) == (f"invalid config value runtime.device={device!r}: expected 'auto' or 'cpu': "
                                "CUDA is not available on this machine")
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
-    validate(make_config(device=device), "pretrain")
+    validate(make_config(runtime={"device": device}), "pretrain")
 
 
 def test_a_cuda_index_the_machine_does_not_have_is_refused(monkeypatch):
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
     with pytest.raises(ConfigError, match="'cuda:N' with N below 1"):
-        validate(make_config(device="cuda:3"), "pretrain")
+        validate(make_config(runtime={"device": "cuda:3"}), "pretrain")
 
 
 def test_config_error_is_a_value_error():
     assert issubclass(ConfigError, ValueError)
 
 
-@pytest.mark.parametrize("field", ["env", "pretrain_env"])
+@pytest.mark.parametrize("field", ["task", "pretrain_task"])
 def test_unknown_task_points_to_the_task_list(field):
     """An unknown task names itself and where the tasks are listed, and suggests the closest one when one is close,
     instead of listing every task."""
@@ -136,11 +157,11 @@ PAPER_AGENT = {
 }
 # the departures of docs/fidelity.md
 VARIANT = {"anti_collapse": "center", "reward_before_enqueue": True, "reward_space": "raw"}
-PAPER_RUN = {
-    "replay_capacity": 100_000, "seed_transitions": 1000, "action_repeat": 2, "frame_stack": 3,
-    "image_size": 84, "pretrain_frames": 500_000, "finetune_frames": 500_000, "eval_every_frames": 10_000,
-    "eval_episodes": 10, "snapshot_at_frames": [100_000, 200_000, 500_000, 1_000_000], "obs": "pixels",
-    "update_every_steps": 1,
+PAPER_RUN = {  # dotted keys
+    "replay.capacity": 100_000, "training.seed_transitions": 1000, "env.action_repeat": 2, "env.frame_stack": 3,
+    "env.image_size": 84, "pretrain_frames": 500_000, "finetune_frames": 500_000, "evaluation.every_frames": 10_000,
+    "evaluation.episodes": 10, "snapshots.at_frames": [100_000, 200_000, 500_000, 1_000_000], "env.obs": "pixels",
+    "training.update_every_steps": 1,
 }
 
 
@@ -150,12 +171,12 @@ def test_schema_defaults_match_paper_table():
         assert getattr(config.agent, key) == value, key
         assert type(getattr(config.agent, key)) is type(value), key
     for key, value in PAPER_RUN.items():
-        assert getattr(config, key) == value, key
+        assert value_at(config, key) == value, key
 
 
 def test_configs_do_not_share_mutable_defaults():
-    """Every mutable default (lists, the nested AgentConfig, and their own mutable fields) is a fresh object per
-    Config, so changing one run's configuration cannot change another's."""
+    """Every mutable default (lists, the groups, the nested AgentConfig, and their own mutable fields) is a fresh
+    object per Config, so changing one run's configuration cannot change another's."""
     immutable = (str, int, float, bool, type(None), tuple, frozenset)
 
     def mutable_fields(node, path: str):
@@ -167,15 +188,17 @@ def test_configs_do_not_share_mutable_defaults():
                     yield from mutable_fields(value, f"{path}{item.name}.")
 
     first, second = dict(mutable_fields(Config(), "")), dict(mutable_fields(Config(), ""))
-    assert {"snapshot_at_frames", "finetune_envs", "agent"} <= set(first)
+    assert {"snapshots.at_frames", "finetune_tasks", "agent", *GROUPS} <= set(first)
     for key, value in first.items():
         assert value is not second[key], key
     changed = Config()
-    changed.snapshot_at_frames.append(1)
-    changed.finetune_envs.append("walker_walk")
+    changed.snapshots.at_frames.append(1)
+    changed.finetune_tasks.append("walker_walk")
+    changed.replay.capacity = 5
     changed.agent.lr = 1.0
-    assert Config().snapshot_at_frames == PAPER_RUN["snapshot_at_frames"]
-    assert Config().finetune_envs == [] and Config().agent.lr == PAPER_AGENT["lr"]
+    assert Config().snapshots.at_frames == PAPER_RUN["snapshots.at_frames"]
+    assert Config().replay.capacity == PAPER_RUN["replay.capacity"]
+    assert Config().finetune_tasks == [] and Config().agent.lr == PAPER_AGENT["lr"]
 
 
 def test_agent_configs_are_plain_dataclasses():
@@ -196,12 +219,12 @@ def test_composed_cli_configs(config_name, paper_scale):
         cfg = compose(config_name=config_name)
     if paper_scale:
         for key, value in PAPER_RUN.items():
-            assert cfg[key] == value, key
+            assert value_at(cfg, key) == value, key
         for key, value in PAPER_AGENT.items():
             assert cfg.agent[key] == value, key
-        assert cfg.env == "point_mass_easy"
+        assert cfg.task == "point_mass_easy"
     else:
-        assert (cfg.env, cfg.obs) == ("point_mass_maze_reach_top_left", "states")
+        assert (cfg.task, cfg.env.obs) == ("point_mass_maze_reach_top_left", "states")
         assert cfg.pretrain_frames < PAPER_RUN["pretrain_frames"] and cfg.agent.batch_size < 512
         # the small preset's departures; the remaining hyper-parameters stay the paper's
         for key, value in PAPER_AGENT.items():
@@ -226,39 +249,122 @@ def test_proto_paper_pins_the_published_algorithm_under_any_preset(preset):
     assert paper.agent.name == default.agent.name == "proto"
 
 
-MAZE = {"pretrain_env": "point_mass_maze_explore", "finetune_envs": ["point_mass_maze_reach_top_left"]}  # preset=demo
+MAZE = {"pretrain_task": "point_mass_maze_explore", "finetune_tasks": ["point_mass_maze_reach_top_left"]}  # preset=demo
 
 
 @pytest.mark.parametrize(("fields", "command", "runs"), [
-    ({"env": "walker_run", **MAZE}, "train", False),  # the preset's tasks take env's place
-    ({"env": "walker_run", **MAZE}, "pretrain", False),
-    ({"env": "walker_run", **MAZE}, "finetune", False),
-    ({"env": "point_mass_maze_reach_top_left", **MAZE}, "train", True),  # one of finetune_envs
-    ({"env": "point_mass_maze_explore", **MAZE}, "pretrain", True),  # the pre-training's task
-    ({"env": "walker_run"}, "train", True),  # no preset's tasks: env is both phases' task
-    ({"env": "walker_run", "pretrain_env": "walker_walk"}, "train", True),  # fine-tuned on
-    ({"env": "walker_run", "pretrain_env": "walker_walk"}, "finetune", True),
-    ({"env": "walker_run", "pretrain_env": "walker_walk"}, "pretrain", False),  # pre-trains on walker_walk only
-    ({"env": "walker_run", "pretrain_env": "walker_walk", "pretrain_frames": 0}, "train", True),
-    ({"env": "walker_walk", "finetune_envs": ["walker_run"], "pretrain_sweep": "sweep"}, "finetune", True),  # picks
-    ({"env": "walker_walk", "finetune_envs": ["walker_run"], "pretrain_sweep": "sweep",  # the snapshot; not with
-      "pretrain_env": "walker_stand"}, "finetune", False),  # pretrain_env
+    ({"task": "walker_run", **MAZE}, "train", False),  # the preset's tasks take task's place
+    ({"task": "walker_run", **MAZE}, "pretrain", False),
+    ({"task": "walker_run", **MAZE}, "finetune", False),
+    ({"task": "point_mass_maze_reach_top_left", **MAZE}, "train", True),  # one of finetune_tasks
+    ({"task": "point_mass_maze_explore", **MAZE}, "pretrain", True),  # the pre-training's task
+    ({"task": "walker_run"}, "train", True),  # no preset's tasks: task is both phases' task
+    ({"task": "walker_run", "pretrain_task": "walker_walk"}, "train", True),  # fine-tuned on
+    ({"task": "walker_run", "pretrain_task": "walker_walk"}, "finetune", True),
+    ({"task": "walker_run", "pretrain_task": "walker_walk"}, "pretrain", False),  # pre-trains on walker_walk only
+    ({"task": "walker_run", "pretrain_task": "walker_walk", "pretrain_frames": 0}, "train", True),
+    ({"task": "walker_walk", "finetune_tasks": ["walker_run"], "pretrain_sweep": "sweep"}, "finetune", True),  # picks
+    ({"task": "walker_walk", "finetune_tasks": ["walker_run"], "pretrain_sweep": "sweep",  # the snapshot; not with
+      "pretrain_task": "walker_stand"}, "finetune", False),  # pretrain_task
 ])
-def test_an_env_named_by_the_user_must_be_a_task_of_the_run(fields, command, runs):
+def test_a_task_named_by_the_user_must_be_a_task_of_the_run(fields, command, runs):
     cfg = Config(run_dir=".", **fields)
     if runs:
-        check_named_env(cfg, command, named=["env"])
+        check_named_task(cfg, command, named=["task"])
     else:
-        with pytest.raises(ConfigError, match=rf"env={cfg.env} is not a task of this run"):
-            check_named_env(cfg, command, named=["env"])
-    check_named_env(cfg, command, named=[])  # env not named: the config's tasks are what the user asked for
+        with pytest.raises(ConfigError, match=rf"task={cfg.task} is not a task of this run"):
+            check_named_task(cfg, command, named=["task"])
+    check_named_task(cfg, command, named=[])  # task not named: the config's tasks are what the user asked for
 
 
 @pytest.mark.parametrize("command", ["train", "pretrain"])
-def test_an_env_named_with_what_takes_its_place_is_what_the_user_asked_for(command):
-    """Named together, env and pretrain_env (or finetune_envs) say which task each phase runs."""
-    cfg = Config(run_dir=".", env="point_mass_maze_reach_center", **MAZE)
-    check_named_env(cfg, command, named=["env", "pretrain_env", "finetune_envs"])
-    check_named_env(cfg, "pretrain", named=["env", "pretrain_env"])
-    with pytest.raises(ConfigError, match="finetune_envs=.point_mass_maze_reach_top_left"):
-        check_named_env(cfg, "finetune", named=["env", "pretrain_env"])  # finetune_envs, from the preset, runs
+def test_a_task_named_with_what_takes_its_place_is_what_the_user_asked_for(command):
+    """Named together, task and pretrain_task (or finetune_tasks) say which task each phase runs."""
+    cfg = Config(run_dir=".", task="point_mass_maze_reach_center", **MAZE)
+    check_named_task(cfg, command, named=["task", "pretrain_task", "finetune_tasks"])
+    check_named_task(cfg, "pretrain", named=["task", "pretrain_task"])
+    with pytest.raises(ConfigError, match="finetune_tasks=.point_mass_maze_reach_top_left"):
+        check_named_task(cfg, "finetune", named=["task", "pretrain_task"])  # finetune_tasks, from the preset, runs
+
+
+# -- the keys before the groups -------------------------------------------------------------------------------
+@pytest.mark.slow
+@pytest.mark.parametrize(("command", "override"), [
+    ("train", "obs=states"), ("pretrain", "env=walker_walk"), ("finetune", "threads=1"),
+    ("train", "replay_capacity=500"),
+])
+def test_a_flat_key_on_the_command_line_is_refused_naming_its_new_key(command, override, tmp_path):
+    """An override of a key the groups replaced exits 2 with one line naming the key to write instead, before
+    anything is written."""
+    key = override.partition("=")[0]
+    code = f"from protorl.app.cli import {command}; {command}()"
+    result = subprocess.run([sys.executable, "-c", code, override, f"hydra.run.dir={tmp_path / 'run'}"],
+                            capture_output=True, text=True, timeout=TIMEOUT_S, cwd=tmp_path,
+                            env={**environment(), "PYTHONPATH": str(ROOT)})
+    line = assert_user_error(result, f"{key} is now {RENAMED[key]}")
+    assert line == f"protorl: error: {renamed_message(key)}"
+    assert not (tmp_path / "run").exists()
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("multirun", [False, True])
+def test_a_flat_key_in_an_experiment_file_of_ones_own_is_refused_naming_its_new_key(multirun, tmp_path):
+    """A key of the flat config in a YAML file of the user's (set, or swept by the sweeper) gets the same line."""
+    experiment = tmp_path / "conf" / "experiment" / "mine.yaml"
+    experiment.parent.mkdir(parents=True)
+    body = "hydra:\n  sweeper:\n    params:\n      obs: states,pixels\n" if multirun else "obs: states\n"
+    experiment.write_text("# @package _global_\n" + body)
+    args = [*(["-m"] if multirun else []), "--config-dir", str(tmp_path / "conf"), "experiment=mine",
+            f"hydra.run.dir={tmp_path / 'run'}", f"hydra.sweep.dir={tmp_path / 'sweep'}"]
+    result = subprocess.run([sys.executable, "-c", "from protorl.app.cli import train; train()", *args],
+                            capture_output=True, text=True, timeout=TIMEOUT_S, cwd=tmp_path,
+                            env={**environment(), "PYTHONPATH": str(ROOT)})
+    assert result.returncode == 2, result.stderr
+    assert renamed_message("obs") in result.stderr
+    assert not (tmp_path / "run").exists() and not (tmp_path / "sweep").exists()
+
+
+@pytest.mark.parametrize(("fields", "new_key"), [
+    ({"obs": "states"}, "env.obs"), ({"env": "walker_walk"}, "task"), ({"replay_capacity": 500}, "replay.capacity"),
+    ({"threads": 1, "task": "walker_walk"}, "runtime.threads"),
+])
+def test_a_flat_keyword_of_the_python_api_is_refused_naming_its_new_key(fields, new_key, tmp_path):
+    run_dir = tmp_path / "run"
+    with pytest.raises(ConfigError) as error:
+        protorl.train(run_dir=str(run_dir), **fields)
+    (key,) = set(fields) & set(RENAMED)
+    assert str(error.value) == renamed_message(key) and f"is now {new_key}:" in str(error.value)
+    assert not run_dir.exists()
+
+
+def test_renamed_names_every_key_of_every_group_once():
+    """Every key of a group had a flat name before the groups (so a config.yaml of before holds them all)."""
+    assert sorted(RENAMED.values()) == sorted(set(RENAMED.values()))
+    grouped_keys = {f"{group}.{item.name}" for group in GROUPS
+                    for item in dataclasses.fields(getattr(Config(), group))}
+    assert grouped_keys <= set(RENAMED.values())
+
+
+def test_a_flat_saved_config_is_moved_into_the_groups_and_a_grouped_one_kept():
+    flat = {"env": "walker_run", "pretrain_env": "walker_walk", "finetune_envs": ["walker_run"], "obs": "states",
+            "image_size": 64, "replay_capacity": 5000, "threads": 1, "seed": 3, "snapshot_sha256": None,
+            "agent": {"name": "proto", "lr": 0.001}}
+    moved = grouped(flat)
+    assert moved == {"task": "walker_run", "pretrain_task": "walker_walk", "finetune_tasks": ["walker_run"],
+                     "env": {"obs": "states", "image_size": 64}, "replay": {"capacity": 5000},
+                     "runtime": {"threads": 1}, "seed": 3, "snapshot_sha256": None,
+                     "agent": {"name": "proto", "lr": 0.001}}
+    assert grouped(moved) == moved
+    saved = dataclasses.asdict(Config(run_dir="runs/x"))  # what a run writes today, every group in it
+    assert grouped(saved) == saved
+    assert grouped({"seed": 1, "agent": {"name": "proto"}}) == {"seed": 1, "agent": {"name": "proto"}}
+
+
+def test_every_config_key_has_its_line_in_the_commands_page():
+    """A setting of the run or of a group is one field in its class plus its line in docs/commands.md."""
+    page = (ROOT / "docs" / "commands.md").read_text()
+    documented = set(re.findall(r"^\| `([\w.]+)` \|", page, flags=re.MULTILINE))
+    config = Config()
+    keys = {item.name for item in dataclasses.fields(config) if item.name not in GROUPS}
+    keys |= {f"{group}.{item.name}" for group in GROUPS for item in dataclasses.fields(getattr(config, group))}
+    assert keys - documented == set()

@@ -19,23 +19,23 @@ from tests.runs import assert_user_error, environment, read_csv
 def test_the_estimate_counts_what_a_run_does(tmp_path):
     """Updates, agent steps and evaluation steps of a real fine-tuning, against the estimate's counts (with an
     evaluation that does not fall on the phase's last frame)."""
-    cfg = tiny(tmp_path, finetune_frames=3000, eval_every_frames=2000, update_every_steps=2)
+    cfg = tiny(tmp_path, finetune_frames=3000, evaluation={"every_frames": 2000}, training={"update_every_steps": 2})
     (phase,) = planned_phases(cfg, "finetune", snapshot_given=False)
-    trainer = Trainer(cfg, "finetune", cfg.env, tmp_path / "finetune")
+    trainer = Trainer(cfg, "finetune", cfg.task, tmp_path / "finetune")
     trainer.run()
     evaluations = len(read_csv(tmp_path / "finetune" / "eval.csv")[1])
     assert updates_of(cfg, phase) == trainer.updates
-    episode_steps = 1000 // cfg.action_repeat  # point_mass: 1000-frame episodes
-    assert env_steps_of(cfg, phase) == trainer.agent_steps + evaluations * cfg.eval_episodes * episode_steps
+    episode_steps = 1000 // cfg.env.action_repeat  # point_mass: 1000-frame episodes
+    assert env_steps_of(cfg, phase) == trainer.agent_steps + evaluations * cfg.evaluation.episodes * episode_steps
 
 
 def test_a_run_longer_than_max_hours_is_refused_with_what_to_run_instead(tmp_path):
-    cfg = tiny(tmp_path, max_hours=0.5)
+    cfg = tiny(tmp_path, runtime={"max_hours": 0.5})
     long = RunDuration((PhaseDuration("pretrain", 200_000, 0.864, 0, 0.015),), "CPU")  # 172800 s
-    with pytest.raises(ConfigError, match=r"at least 2\.0 days .* max_hours=0\.5: .*protorl-train .*preset=small"
-                                          r".*max_hours=null"):
+    with pytest.raises(ConfigError, match=r"at least 2\.0 days .* runtime\.max_hours=0\.5: .*protorl-train "
+                                          r".*preset=small.*runtime\.max_hours=null"):
         check_duration(cfg, "pretrain", estimate=long)
-    assert check_duration(tiny(tmp_path, max_hours=None), "pretrain", estimate=long) is long
+    assert check_duration(tiny(tmp_path, runtime={"max_hours": None}), "pretrain", estimate=long) is long
     short = RunDuration((PhaseDuration("pretrain", 100, 0.9, 100, 0.015),), "CPU")
     assert check_duration(cfg, "pretrain", estimate=short) is short
 
@@ -55,9 +55,9 @@ def test_pretrain_without_arguments_says_it_would_take_days_and_what_finishes(tm
         result = newcomer("pretrain", tmp_path, timeout=400)
     except subprocess.TimeoutExpired:
         assert (tmp_path / "runs").is_dir(), "no refusal and no run within 400 s"
-        pytest.skip("this machine's CPU runs the paper's pre-training within max_hours: it started")
-    line = assert_user_error(result, "this run would take at least", "max_hours=24", "protorl-train",
-                             "preset=small", "max_hours=null")
+        pytest.skip("this machine's CPU runs the paper's pre-training within runtime.max_hours: it started")
+    line = assert_user_error(result, "this run would take at least", "runtime.max_hours=24", "protorl-train",
+                             "preset=small", "runtime.max_hours=null")
     assert " days " in line or " hours " in line, line
     assert not (tmp_path / "runs").exists()
 

@@ -199,7 +199,7 @@ def test_replay_rebuilds_the_env_observations():
 
 
 def test_protorl_tasks_describes_every_task_by_domain(capsys):
-    """Each task `env=` accepts is listed once, under its domain, with what earns its reward; each domain says
+    """Each task `task=` accepts is listed once, under its domain, with what earns its reward; each domain says
     what it is."""
     from protorl.app.tools import tasks
     from protorl.envs.catalog import catalog

@@ -80,14 +80,27 @@ def test_downstream_seed_transitions_come_from_the_pretrained_actor(tmp_path):
     import torch
 
     from protorl.agents import make_agent
-    from protorl.config import Config
+    from protorl.config import (
+        AnalysesConfig,
+        CheckpointsConfig,
+        Config,
+        EnvConfig,
+        EvaluationConfig,
+        LoggingConfig,
+        ReplayConfig,
+        SnapshotsConfig,
+        TrainingConfig,
+    )
     from protorl.training import Trainer
     from tests.agents import tiny_config
 
-    cfg = Config(env="point_mass_maze_reach_top_left", obs="states", action_repeat=8, seed_transitions=100,
-                 replay_capacity=500, finetune_frames=800, snapshot_at_frames=[], checkpoint_every_frames=None,
-                 eval_episodes=0, analysis_every_frames=None, tensorboard=False, progress_bar=False,
-                 run_dir=str(tmp_path), agent=tiny_config("proto"))
+    cfg = Config(task="point_mass_maze_reach_top_left", finetune_frames=800,
+                 env=EnvConfig(obs="states", action_repeat=8), training=TrainingConfig(seed_transitions=100),
+                 replay=ReplayConfig(capacity=500),
+                 snapshots=SnapshotsConfig(at_frames=[]), checkpoints=CheckpointsConfig(every_frames=None),
+                 evaluation=EvaluationConfig(episodes=0), analyses=AnalysesConfig(every_frames=None),
+                 logging=LoggingConfig(tensorboard=False, progress_bar=False), run_dir=str(tmp_path),
+                 agent=tiny_config("proto"))
     explorer = make_agent(cfg.agent, "states", (4,), (2,), torch.device("cpu"), "pretrain")
     with torch.no_grad():  # mean tanh(3) ~ +0.995 on both actions, std e^-10
         last = explorer.sac.actor.policy[-1]
@@ -97,9 +110,9 @@ def test_downstream_seed_transitions_come_from_the_pretrained_actor(tmp_path):
                 "action_repeat": 8}
     snapshot = {"agent": explorer.representation_state(), "env_spec": env_spec,
                 "config": {"agent": dataclasses.asdict(cfg.agent)}, "frames": 1000}
-    seeded = Trainer(cfg, "finetune", cfg.env, tmp_path / "from_snapshot", snapshot)
+    seeded = Trainer(cfg, "finetune", cfg.task, tmp_path / "from_snapshot", snapshot)
     seeded.run()
-    plain = Trainer(dataclasses.replace(cfg, agent=tiny_config("drq")), "finetune", cfg.env,
+    plain = Trainer(dataclasses.replace(cfg, agent=tiny_config("drq")), "finetune", cfg.task,
                     tmp_path / "no_pretraining")
     plain.run()
     for trainer, actor in ((seeded, True), (plain, False)):

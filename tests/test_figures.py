@@ -103,8 +103,9 @@ def test_the_maze_map_marks_where_episodes_start_and_the_runs_target():
 def test_aggregate_figures_name_the_methods_as_the_docs_do():
     """The walker page's three methods from their run configs: Proto-RL and Random fine-tuned from snapshots,
     DrQ from states (SAC without an image to augment), and Proto-RL without pre-training."""
-    def config(agent: str, **settings) -> object:
-        return OmegaConf.create({"agent": {"name": agent}, "obs": "states", "pretrain_frames": 100000, **settings})
+    def config(agent: str, obs: str = "states", **settings) -> object:
+        return OmegaConf.create({"agent": {"name": agent}, "env": {"obs": obs}, "pretrain_frames": 100000,
+                                 **settings})
 
     assert method_title(config("proto"), scratch=False, downstream=True) == "Proto-RL pre-trained"
     assert method_title(config("random"), scratch=False, downstream=True) == "Random pre-trained"

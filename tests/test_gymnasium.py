@@ -60,17 +60,29 @@ def test_same_frames_stack_action_repeat_and_time_limit_as_protorls_env():
 @pytest.mark.slow
 @pytest.mark.parametrize("obs", ["states", "pixels"])
 def test_pretrain_and_finetune_on_a_gymnasium_environment(obs, tmp_path):
-    """env=gym:<id>: a tiny Proto-RL pre-training and fine-tuning from its snapshot, through the real command."""
+    """task=gym:<id>: a tiny Proto-RL pre-training and fine-tuning from its snapshot, through the real command."""
     import protorl
-    from protorl.config import Config
+    from protorl.config import (
+        AnalysesConfig,
+        Config,
+        EnvConfig,
+        EvaluationConfig,
+        LoggingConfig,
+        ReplayConfig,
+        RuntimeConfig,
+        SnapshotsConfig,
+        TrainingConfig,
+    )
     from tests.agents import tiny_config
 
     run_dir = tmp_path / "run"
-    config = Config(env="gym:InvertedPendulum-v5", obs=obs, image_size=32, action_repeat=4, seed_transitions=20,
-                    replay_capacity=1000, eval_episodes=1, eval_every_frames=400, analysis_every_frames=400,
-                    snapshot_at_frames=[], progress_bar=False, threads=1, tensorboard=False, pretrain_frames=400,
-                    finetune_frames=400, agent=tiny_config("proto", anti_collapse="center", reward_space="raw"),
-                    run_dir=str(run_dir))
+    config = Config(task="gym:InvertedPendulum-v5", env=EnvConfig(obs=obs, image_size=32, action_repeat=4),
+                    training=TrainingConfig(seed_transitions=20), replay=ReplayConfig(capacity=1000),
+                    evaluation=EvaluationConfig(episodes=1, every_frames=400),
+                    analyses=AnalysesConfig(every_frames=400), snapshots=SnapshotsConfig(at_frames=[]),
+                    logging=LoggingConfig(progress_bar=False, tensorboard=False), runtime=RuntimeConfig(threads=1),
+                    pretrain_frames=400, finetune_frames=400,
+                    agent=tiny_config("proto", anti_collapse="center", reward_space="raw"), run_dir=str(run_dir))
     pretrain, finetune = protorl.train(config)
     assert (pretrain.frames, finetune.frames) == (400, 400) and pretrain.episodes > 0
     assert pretrain.snapshots and pretrain.snapshots[-1].is_file()
@@ -86,7 +98,7 @@ def test_pretrain_and_finetune_on_a_gymnasium_environment(obs, tmp_path):
 def test_a_gymnasium_id_that_does_not_exist_is_one_clear_error(tmp_path):
     from tests.runs import STATES, assert_user_error, run
 
-    result = run("pretrain", *STATES, "env=gym:NoSuchEnv-v0", run_dir=tmp_path / "run")
+    result = run("pretrain", *STATES, "task=gym:NoSuchEnv-v0", run_dir=tmp_path / "run")
     assert_user_error(result, "NoSuchEnv-v0")
     assert not (tmp_path / "run").exists()
 
@@ -107,12 +119,12 @@ def test_a_checkpointed_random_state_continues_the_same_episodes():
 
 
 def test_a_camera_on_a_gymnasium_environment_is_refused_in_plain_words():
-    """A Gymnasium environment renders its own view: a camera_id is refused saying so (not "cameras 0 to -1")."""
+    """A Gymnasium environment renders its own view: an env.camera_id is refused saying so (not "cameras 0 to -1")."""
     from protorl.agents.proto.agent import ProtoConfig
     from protorl.app.validate import validate
-    from protorl.config import Config, ConfigError
+    from protorl.config import Config, ConfigError, EnvConfig
 
-    config = Config(agent=ProtoConfig(), env="gym:InvertedPendulum-v5", obs="states", camera_id=0)
+    config = Config(agent=ProtoConfig(), task="gym:InvertedPendulum-v5", env=EnvConfig(obs="states", camera_id=0))
     with pytest.raises(ConfigError, match="has no cameras to choose from") as info:
         validate(config, "pretrain")
     assert "-1" not in str(info.value)
@@ -141,7 +153,7 @@ def test_an_infinite_observation_stops_the_run_as_diverged(tmp_path):
 
     gymnasium.register("InfiniteAfterAWhile-v0", entry_point=InfiniteAfterAWhile)
     with pytest.raises(TrainingDiverged, match="non-finite observation"):
-        protorl.pretrain(tiny(tmp_path / "run", env="gym:InfiniteAfterAWhile-v0", action_repeat=1))
+        protorl.pretrain(tiny(tmp_path / "run", task="gym:InfiniteAfterAWhile-v0", env={"action_repeat": 1}))
 
 
 class UnboundedActions(InfiniteAfterAWhile):
@@ -157,7 +169,7 @@ def test_a_gymnasium_space_protorl_cannot_use_is_refused_before_anything_is_writ
     if "UnboundedActions-v0" not in gymnasium.registry:
         gymnasium.register("UnboundedActions-v0", entry_point=UnboundedActions)
     with pytest.raises(ConfigError, match=fragment):
-        protorl.pretrain(tiny(tmp_path / "run", env=f"gym:{env_id}"))
+        protorl.pretrain(tiny(tmp_path / "run", task=f"gym:{env_id}"))
     assert not (tmp_path / "run").exists()
 
 
@@ -184,8 +196,8 @@ def test_a_dict_observation_trains_from_pixels_and_is_refused_from_states(tmp_pa
 
     gymnasium.register("DictObservation-v0", entry_point=DictObservation, max_episode_steps=1000)
     with pytest.raises(ConfigError, match="needs a Box observation space"):
-        protorl.pretrain(tiny(tmp_path / "states", env="gym:DictObservation-v0", obs="states"))
+        protorl.pretrain(tiny(tmp_path / "states", task="gym:DictObservation-v0", env={"obs": "states"}))
     assert not (tmp_path / "states").exists()
-    results = protorl.train(tiny(tmp_path / "pixels", env="gym:DictObservation-v0", obs="pixels", image_size=32,
-                                 replay_capacity=500))
+    results = protorl.train(tiny(tmp_path / "pixels", task="gym:DictObservation-v0",
+                                 env={"obs": "pixels", "image_size": 32}, replay={"capacity": 500}))
     assert [(result.phase, result.frames) for result in results] == [("pretrain", 1000), ("finetune", 1000)]

@@ -28,8 +28,8 @@ from tests.runs import STATES, assert_ok, assert_user_error, read_rows, run, ten
 
 pytestmark = pytest.mark.slow  # the fault-injection tier: real runs, corrupted files
 
-RUN = [*STATES, "pretrain_frames=4000", "checkpoint_every_frames=1000", "keep_checkpoints=true",
-       "checkpoint_keep=4"]
+RUN = [*STATES, "pretrain_frames=4000", "checkpoints.every_frames=1000", "checkpoints.keep_completed=true",
+       "checkpoints.keep=4"]
 SEEDS = [0, 1, 2]
 FINETUNE = [*STATES, "finetune_frames=1000"]
 

@@ -12,12 +12,12 @@ TASKS = ["walker_stand", "walker_walk"]
 
 
 def plan(agent: str, command: str, snapshot_given: bool = False, **fields) -> list[tuple[str, str, str]]:
-    cfg = Config(agent=agent_config(AgentConfig(name=agent)), env="walker_stand", **fields)
+    cfg = Config(agent=agent_config(AgentConfig(name=agent)), task="walker_stand", **fields)
     return [(p.kind, p.task, p.dir_name) for p in planned_phases(cfg, command, snapshot_given)]
 
 
 def test_train_pretrains_then_finetunes_each_task_then_compares_without_pretraining():
-    assert plan("proto", "train", finetune_envs=TASKS, compare_without_pretraining=True) == [
+    assert plan("proto", "train", finetune_tasks=TASKS, compare_without_pretraining=True) == [
         ("pretrain", "walker_stand", "pretrain"),
         ("finetune", "walker_stand", "finetune_walker_stand"), ("finetune", "walker_walk", "finetune_walker_walk"),
         ("scratch", "walker_stand", "finetune_scratch_walker_stand"),
@@ -39,6 +39,6 @@ def test_the_comparison_is_skipped_for_agents_without_a_mode_without_pretraining
 
 
 def test_pretrain_runs_one_phase_on_the_pretraining_task():
-    assert plan("proto", "pretrain", pretrain_env="walker_run", finetune_envs=TASKS) == [
+    assert plan("proto", "pretrain", pretrain_task="walker_run", finetune_tasks=TASKS) == [
         ("pretrain", "walker_run", "pretrain")]
     assert [kind for kind, _, _ in plan("proto", "finetune", snapshot_given=True)] == ["finetune"]

@@ -1,5 +1,5 @@
-"""Fine-tuning on the pre-training's data (`snapshot_replay`, `pretrain_data_share`): the relabelled rewards are the
-ones the task pays, each batch holds the share asked for, and a run with it resumes exactly."""
+"""Fine-tuning on the pre-training's data (`snapshots.with_replay`, `replay.pretrain_data_share`): the relabelled
+rewards are the ones the task pays, each batch holds the share asked for, and a run with it resumes exactly."""
 
 from __future__ import annotations
 
@@ -76,7 +76,7 @@ def test_a_mixed_batch_holds_the_share_from_the_pretraining_data(share, from_pre
     assert torch.equal(batch.action[:, 0], batch.reward[:, 0])  # whole transitions, not fields mixed up
 
 
-PRETRAIN = [*STATES, "pretrain_frames=2000", "snapshot_replay=true"]
+PRETRAIN = [*STATES, "pretrain_frames=2000", "snapshots.with_replay=true"]
 
 
 @pytest.fixture(scope="module")
@@ -95,8 +95,8 @@ def test_a_snapshot_holds_the_pretraining_replay_with_physical_states(snapshot):
     assert replay["arrays"]["physical_states"][:, :2].abs().max() > 0  # positions, not the zeros it starts with
 
 
-FINETUNE = [*STATES, "pretrain_data_share=0.5", "finetune_frames=3000", "checkpoint_every_frames=1000",
-            "checkpoint_keep=5", "keep_checkpoints=true"]
+FINETUNE = [*STATES, "replay.pretrain_data_share=0.5", "finetune_frames=3000", "checkpoints.every_frames=1000",
+            "checkpoints.keep=5", "checkpoints.keep_completed=true"]
 
 
 @pytest.mark.slow
@@ -123,15 +123,16 @@ def test_pretraining_data_needs_a_snapshot_with_a_replay(tmp_path):
     run_dir = tmp_path / "pretrain"
     assert_ok(run("pretrain", *STATES, "pretrain_frames=2000", run_dir=run_dir))
     snapshot = run_dir / "pretrain" / "snapshots" / "snapshot_2000.pt"
-    result = run("finetune", *STATES, "pretrain_data_share=0.5", f"snapshot={snapshot}", run_dir=tmp_path / "ft")
-    assert_user_error(result, "holds no replay buffer", "snapshot_replay=true")
+    result = run("finetune", *STATES, "replay.pretrain_data_share=0.5", f"snapshot={snapshot}",
+                 run_dir=tmp_path / "ft")
+    assert_user_error(result, "holds no replay buffer", "snapshots.with_replay=true")
     assert not (tmp_path / "ft").exists()
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize(("overrides", "fragment"), [
-    (["pretrain_data_share=1.0", "snapshot_replay=true"], "pretrain_data_share=1.0"),
-    (["pretrain_data_share=0.5"], "snapshot_replay"),
+    (["replay.pretrain_data_share=1.0", "snapshots.with_replay=true"], "replay.pretrain_data_share=1.0"),
+    (["replay.pretrain_data_share=0.5"], "snapshots.with_replay"),
 ])
 def test_bad_pretraining_data_settings_are_refused_before_anything_is_written(overrides, fragment, tmp_path):
     result = run("train", *STATES, "pretrain_frames=2000", *overrides, run_dir=tmp_path / "run")
@@ -142,13 +143,14 @@ def test_bad_pretraining_data_settings_are_refused_before_anything_is_written(ov
 @pytest.mark.slow
 @pytest.mark.parametrize("updates_per_step", [1, 3])
 def test_updates_per_step_is_the_number_of_updates_at_each_step(updates_per_step, tmp_path):
-    """After the 20 seeding steps, every agent step runs `updates_per_step` updates: counted in the checkpoint."""
+    """After the 20 seeding steps, every agent step runs `training.updates_per_step` updates: counted in the
+    checkpoint."""
     from protorl.storage.checkpoints import load_checkpoint
 
     run_dir = tmp_path / "run"
-    assert_ok(run("pretrain", *STATES, "pretrain_frames=1000", "update_every_steps=1",
-                  f"updates_per_step={updates_per_step}", "checkpoint_every_frames=1000", "keep_checkpoints=true",
-                  run_dir=run_dir))
+    assert_ok(run("pretrain", *STATES, "pretrain_frames=1000", "training.update_every_steps=1",
+                  f"training.updates_per_step={updates_per_step}", "checkpoints.every_frames=1000",
+                  "checkpoints.keep_completed=true", run_dir=run_dir))
     state = load_checkpoint(list_checkpoints(run_dir / "pretrain" / "checkpoints")[-1])
     assert state["agent_steps"] == 125
     assert state["updates"] == updates_per_step * (125 - 20)

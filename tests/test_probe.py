@@ -130,7 +130,7 @@ def test_the_summary_counts_each_run_once():
 def snapshot(tmp_path_factory):
     """The snapshot of a tiny Proto-RL pre-training of the U-maze from states."""
     run_dir = tmp_path_factory.mktemp("probe") / "run"
-    (result,) = protorl.pretrain(tiny(run_dir, env="point_mass_maze_explore", pretrain_frames=2000))
+    (result,) = protorl.pretrain(tiny(run_dir, task="point_mass_maze_explore", pretrain_frames=2000))
     return run_dir / "pretrain" / result.snapshots[-1]
 
 
@@ -215,11 +215,11 @@ def test_the_command_prints_the_table_and_refuses_a_bad_snapshot(snapshot, tmp_p
 
 @pytest.mark.slow
 def test_the_probe_over_pretraining_is_a_curve_that_leaves_training_alone(tmp_path):
-    """`probe_samples` adds the probe's mean R^2 to every analysis; the run's own rows are those of the same run
-    without it."""
-    settings = dict(env="point_mass_maze_explore", pretrain_frames=2000, analysis_every_frames=1000)
-    protorl.pretrain(tiny(tmp_path / "probed", probe_samples=200, **settings))
-    protorl.pretrain(tiny(tmp_path / "plain", **settings))
+    """`analyses.probe_samples` adds the probe's mean R^2 to every analysis; the run's own rows are those of the
+    same run without it."""
+    settings = dict(task="point_mass_maze_explore", pretrain_frames=2000)
+    protorl.pretrain(tiny(tmp_path / "probed", analyses={"every_frames": 1000, "probe_samples": 200}, **settings))
+    protorl.pretrain(tiny(tmp_path / "plain", analyses={"every_frames": 1000}, **settings))
     header, rows = read_csv(tmp_path / "probed" / "pretrain" / "analysis.csv")
     assert [row["frames"] for row in rows] == ["1000", "2000"]
     for row in rows:

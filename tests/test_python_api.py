@@ -42,7 +42,7 @@ def test_train_runs_both_phases_and_keeps_the_run_directory_contract(tmp_path):
     with pytest.raises(ConfigError, match="finetune_frames"):
         protorl.train(tiny(run_dir), finetune_frames=2000)
     # fine-tuning from the snapshot on another task of the domain, as protorl-finetune
-    other = protorl.finetune(tiny(tmp_path / "other", env="point_mass_hard"), snapshot=str(results[0].snapshots[-1]))
+    other = protorl.finetune(tiny(tmp_path / "other", task="point_mass_hard"), snapshot=str(results[0].snapshots[-1]))
     assert [(r.phase, r.task) for r in other] == [("finetune", "point_mass_hard")]
 
 
@@ -57,10 +57,10 @@ def test_bad_input_raises_one_clear_error_and_writes_nothing(tmp_path):
         protorl.pretrain(tiny(tmp_path / "b", agent=tiny_config("proto", knn_k=0)))
     with pytest.raises(SnapshotError, match="no such file"):
         protorl.finetune(tiny(tmp_path / "c"), snapshot=str(tmp_path / "missing.pt"))
-    maze = tiny(tmp_path / "d", pretrain_env="point_mass_maze_explore",
-                finetune_envs=["point_mass_maze_reach_top_left"])
-    with pytest.raises(ConfigError, match="env=walker_run is not a task of this run"):
-        protorl.train(maze, env="walker_run")  # the config's tasks would run, not walker_run
+    maze = tiny(tmp_path / "d", pretrain_task="point_mass_maze_explore",
+                finetune_tasks=["point_mass_maze_reach_top_left"])
+    with pytest.raises(ConfigError, match="task=walker_run is not a task of this run"):
+        protorl.train(maze, task="walker_run")  # the config's tasks would run, not walker_run
     assert not any(tmp_path.iterdir())
 
 
@@ -91,7 +91,7 @@ def test_a_finished_trainer_is_freed_without_the_garbage_collector(tmp_path):
     """A phase's Trainer (its replay, agent and optimisers) goes when the phase is done, not at the garbage
     collector's next pass: on a GPU the next phase needs that memory."""
     config = tiny(tmp_path / "run")
-    prepare_process(config)
+    prepare_process(config.runtime)
     Trainer(config, "pretrain", "point_mass_easy", tmp_path / "first", None).run()  # torch's one-time set-up
     gc.collect()
     gc.disable()
@@ -126,9 +126,10 @@ def test_the_random_state_holds_each_cuda_generator_where_there_is_cuda(monkeypa
     ({"seed": True}, "seed=True: expected an integer"),
     ({"pretrain_frames": 2000.5}, "pretrain_frames=2000.5: expected an integer"),
     ({"seed": "3"}, "seed='3': expected an integer"),
-    ({"env": None}, "env=None: expected a string"),
-    ({"finetune_envs": "walker_walk"}, "finetune_envs='walker_walk': expected a list of str"),
-    ({"checkpoint_every_frames": "often"}, "checkpoint_every_frames='often': expected an integer or null"),
+    ({"task": None}, "task=None: expected a string"),
+    ({"finetune_tasks": "walker_walk"}, "finetune_tasks='walker_walk': expected a list of str"),
+    ({"checkpoints": {"every_frames": "often"}}, "checkpoints.every_frames='often': expected an integer or null"),
+    ({"env": {"image_size": 32.5}}, "env.image_size=32.5: expected an integer"),
     ({"agent": ProtoConfig(batch_size="32")}, "agent.batch_size='32': expected an integer"),
     ({"agent": "proto"}, "agent='proto': expected an instance of AgentConfig"),
 ])

@@ -64,7 +64,7 @@ def test_the_agent_estimate_counts_its_batch_and_its_parameters_with_their_gradi
 
 
 def test_the_replay_estimate_follows_the_frames_a_phase_writes(tmp_path):
-    pixels = dict(obs="pixels", image_size=32, replay_capacity=100_000)
+    pixels = dict(env={"obs": "pixels", "image_size": 32}, replay={"capacity": 100_000})
     short = estimate_memory(tiny(tmp_path, pretrain_frames=1000, **pixels), "pretrain")
     long = estimate_memory(tiny(tmp_path, pretrain_frames=8000, **pixels), "pretrain")
     frame = 3 * 32 * 32  # uint8
@@ -77,8 +77,8 @@ def test_a_run_this_machine_cannot_hold_is_refused_before_anything_is_written(tm
     huge = tiny(tmp_path / "a", agent=tiny_config("proto", num_prototypes=10**10))  # 640 GB of prototypes
     with pytest.raises(ConfigError, match=r"at its peak .* GiB are available; lower agent.batch_size"):
         protorl.pretrain(huge)
-    with pytest.raises(ConfigError, match="replay_capacity=1000000000000: the buffer would reserve"):
-        protorl.pretrain(tiny(tmp_path / "b", replay_capacity=10**12))
+    with pytest.raises(ConfigError, match="replay.capacity=1000000000000: the buffer would reserve"):
+        protorl.pretrain(tiny(tmp_path / "b", replay={"capacity": 10**12}))
     assert not any(tmp_path.iterdir())
 
 
@@ -100,7 +100,7 @@ def test_the_estimate_is_within_2x_of_the_peak_resident_memory_of_a_tiny_run(tmp
         from pathlib import Path
         from protorl.app.resources import estimate_memory
         from tests.agents import tiny
-        cfg = tiny({str(tmp_path / "run")!r}, obs={obs!r}, image_size=32, replay_capacity=500)
+        cfg = tiny({str(tmp_path / "run")!r}, env={{"obs": {obs!r}, "image_size": 32}}, replay={{"capacity": 500}})
         estimate = estimate_memory(cfg, "train")  # as a command does, before it allocates anything
         protorl.train(cfg)
         peak_kib = next(int(line.split()[1]) for line in Path("/proc/self/status").read_text().splitlines()
@@ -117,13 +117,14 @@ def test_the_estimate_is_within_2x_of_the_peak_resident_memory_of_a_tiny_run(tmp
 @pytest.mark.parametrize("name", ["proto", "apt", "icm", "random", "drq"])
 @pytest.mark.parametrize("obs", ["states", "pixels"])
 def test_every_agent_is_estimated_in_every_phase_it_runs(tmp_path, name, obs):
-    cfg = tiny(tmp_path, obs=obs, image_size=32, agent=tiny_config(name), compare_without_pretraining=True)
+    cfg = tiny(tmp_path, env={"obs": obs, "image_size": 32}, agent=tiny_config(name),
+               compare_without_pretraining=True)
     estimate = estimate_memory(cfg, "train")
     assert estimate.agent > 0 and estimate.replay > 0 and estimate.process > 0
 
 
 def test_on_a_gpu_the_agent_is_checked_against_the_gpus_free_memory(tmp_path, monkeypatch):
-    cfg = tiny(tmp_path, device="cuda", agent=tiny_config("proto", batch_size=512))
+    cfg = tiny(tmp_path, runtime={"device": "cuda"}, agent=tiny_config("proto", batch_size=512))
     agent_bytes = estimate_memory(cfg, "pretrain").agent
     monkeypatch.setattr(torch.cuda, "mem_get_info", lambda device=None: (agent_bytes // 2, 80 * 2**30))
     with pytest.raises(ConfigError, match=r"the agent would need about .* GiB of cuda at its peak"):
@@ -138,10 +139,10 @@ def test_on_a_gpu_the_agent_is_checked_against_the_gpus_free_memory(tmp_path, mo
 ])
 def test_on_a_gpu_the_replays_frames_count_where_the_run_keeps_them(tmp_path, monkeypatch, capacity,
                                                                     replay_on_device, refused):
-    """The frames go to the GPU with replay_on_device=true, and by default when they take under half its free
+    """The frames go to the GPU with replay.on_device=true, and by default when they take under half its free
     memory (as the training loop decides): then they count with the agent against that memory."""
-    cfg = tiny(tmp_path, device="cuda", obs="pixels", image_size=32, replay_capacity=capacity,
-               replay_on_device=replay_on_device, agent=tiny_config("proto"))
+    cfg = tiny(tmp_path, runtime={"device": "cuda"}, env={"obs": "pixels", "image_size": 32},
+               replay={"capacity": capacity, "on_device": replay_on_device}, agent=tiny_config("proto"))
     estimate = estimate_memory(cfg, "pretrain")
     assert estimate.device_frames == capacity * 3 * 32 * 32  # a uint8 RGB frame per slot (stacks are rebuilt)
     free = estimate.agent + estimate.device_frames // 2  # the agent fits, the agent and the frames do not
@@ -162,6 +163,7 @@ def test_the_estimate_runs_every_part_of_the_update_whatever_its_schedules(tmp_p
 
 
 def test_bfloat16_convolutions_are_estimated_in_float32(tmp_path):
-    cfg = tiny(tmp_path, obs="pixels", image_size=32, agent=tiny_config("proto", bf16_autocast=True))
-    plain = tiny(tmp_path, obs="pixels", image_size=32, agent=tiny_config("proto"))
+    pixels = {"obs": "pixels", "image_size": 32}
+    cfg = tiny(tmp_path, env=pixels, agent=tiny_config("proto", bf16_autocast=True))
+    plain = tiny(tmp_path, env=pixels, agent=tiny_config("proto"))
     assert estimate_memory(cfg, "pretrain").agent == estimate_memory(plain, "pretrain").agent

@@ -43,7 +43,7 @@ aggregate(sys.argv[1:])
 def make_run(run_dir: Path, seed: int = 1, score: float | None = 500.0) -> Path:
     """A run directory: `config.yaml` and, unless `score` is None, a complete `finetune` phase ending at it."""
     run_dir.mkdir(parents=True)
-    OmegaConf.save({"env": "walker_run", "seed": seed, "obs": "states", "agent": {"name": "proto"}},
+    OmegaConf.save({"task": "walker_run", "seed": seed, "env": {"obs": "states"}, "agent": {"name": "proto"}},
                    run_dir / "config.yaml")
     if score is not None:
         (run_dir / "finetune").mkdir()

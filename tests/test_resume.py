@@ -20,8 +20,8 @@ from tests.runs import TINY, assert_ok, csv_rows, read_csv, read_rows, run, star
 
 pytestmark = pytest.mark.slow  # the slow tier: this module runs protorl's commands or real training
 
-RUN = [*TINY, "env=point_mass_easy", "pretrain_frames=5000", "snapshot_at_frames=[]",
-       "checkpoint_every_frames=2000", "checkpoint_keep=2", "keep_checkpoints=true"]
+RUN = [*TINY, "task=point_mass_easy", "pretrain_frames=5000", "snapshots.at_frames=[]",
+       "checkpoints.every_frames=2000", "checkpoints.keep=2", "checkpoints.keep_completed=true"]
 
 
 def rows_without_timing(run_dir: Path) -> list[dict[str, str]]:
@@ -98,7 +98,7 @@ def test_ctrl_c_writes_a_checkpoint_says_where_and_the_rerun_resumes_there(unint
     the run stops at the first episode end it has not finished yet (the first, if the signal comes while its hooks
     still run, or the next), after a checkpoint there, in one line naming it; the same command resumes from it and
     ends as the straight run did."""
-    run_dir, command = tmp_path / "ctrl_c", [*RUN, "checkpoint_every_frames=null"]
+    run_dir, command = tmp_path / "ctrl_c", [*RUN, "checkpoints.every_frames=null"]
     process = start("pretrain", *command, run_dir=run_dir, output=True)
     wait_for_rows(process, run_dir / "pretrain" / "train.csv", 1)
     process.send_signal(signal.SIGINT)
@@ -121,7 +121,7 @@ def test_a_second_ctrl_c_stops_at_once(tmp_path):
     """Two Ctrl-Cs: the run stops without waiting for the episode's end, and says that nothing was saved to
     resume from."""
     run_dir = tmp_path / "twice"
-    process = start("pretrain", *RUN, "checkpoint_every_frames=null", "pretrain_frames=20000", run_dir=run_dir,
+    process = start("pretrain", *RUN, "checkpoints.every_frames=null", "pretrain_frames=20000", run_dir=run_dir,
                     output=True)
     wait_for_rows(process, run_dir / "pretrain" / "train.csv", 1)
     process.send_signal(signal.SIGINT)
@@ -196,10 +196,10 @@ def test_checkpoint_of_an_older_format_is_refused_with_a_way_out(tmp_path):
 
 
 def test_checkpoints_by_wall_time(tmp_path):
-    """checkpoint_every_minutes alone (frames off): a tiny interval checkpoints at every episode end."""
+    """checkpoints.every_minutes alone (frames off): a tiny interval checkpoints at every episode end."""
     run_dir = tmp_path / "timed"
-    assert_ok(run("pretrain", *TINY, "env=point_mass_easy", "pretrain_frames=3000", "snapshot_at_frames=[]",
-                  "checkpoint_every_frames=null", "checkpoint_every_minutes=0.0001", "checkpoint_keep=5",
-                  "keep_checkpoints=true", run_dir=run_dir))
+    assert_ok(run("pretrain", *TINY, "task=point_mass_easy", "pretrain_frames=3000", "snapshots.at_frames=[]",
+                  "checkpoints.every_frames=null", "checkpoints.every_minutes=0.0001", "checkpoints.keep=5",
+                  "checkpoints.keep_completed=true", run_dir=run_dir))
     names = [p.name for p in list_checkpoints(run_dir / "pretrain" / "checkpoints")]
     assert names == ["checkpoint_1000.pt", "checkpoint_2000.pt", "checkpoint_3000.pt"]

@@ -20,6 +20,7 @@ import pytest
 import torch
 from omegaconf import OmegaConf
 
+from protorl.config import GROUPS, RENAMED
 from protorl.errors import CheckpointError
 from protorl.storage.atomic import atomic_save
 from protorl.storage.checkpoints import list_checkpoints
@@ -37,7 +38,7 @@ from tests.runs import (
 
 pytestmark = pytest.mark.slow  # the slow tier: this module runs protorl's commands or real training
 
-RUN = [*STATES, "pretrain_frames=4000", "checkpoint_every_frames=1000"]
+RUN = [*STATES, "pretrain_frames=4000", "checkpoints.every_frames=1000"]
 
 
 def wait_for(condition, process: subprocess.Popen | None = None, timeout_s: float = 120, poll_s: float = 0.005):
@@ -73,7 +74,7 @@ def copy_of(run_dir: Path, tmp_path: Path, name: str = "copy") -> Path:
 
 
 # 1. a rerun with other settings ----------------------------------------------------------------------------
-@pytest.mark.parametrize("changed", [["env=walker_walk", "seed=7"], ["obs=pixels"], ["agent.lr=0.001"]])
+@pytest.mark.parametrize("changed", [["task=walker_walk", "seed=7"], ["env.obs=pixels"], ["agent.lr=0.001"]])
 def test_a_rerun_with_other_settings_is_refused_and_writes_nothing(straight, tmp_path, changed):
     run_dir = copy_of(straight, tmp_path)
     before = tree(run_dir)
@@ -86,18 +87,37 @@ def test_a_rerun_with_other_settings_is_refused_and_writes_nothing(straight, tmp
 def test_a_rerun_with_the_same_settings_continues(straight, tmp_path):
     """Keys that change how a run is watched (progress bar, checkpointing) may differ."""
     run_dir = copy_of(straight, tmp_path)
-    result = run("pretrain", *RUN, "progress_bar=true", "checkpoint_every_frames=2000", run_dir=run_dir)
+    result = run("pretrain", *RUN, "logging.progress_bar=true", "checkpoints.every_frames=2000", run_dir=run_dir)
     assert_ok(result)
     assert "already complete" in result.stderr + result.stdout
     assert read_rows(run_dir / "pretrain" / "train.csv") == read_rows(straight / "pretrain" / "train.csv")
-    assert OmegaConf.load(run_dir / "config.yaml").checkpoint_every_frames != 2000  # the data's own settings stay
+    assert OmegaConf.load(run_dir / "config.yaml").checkpoints.every_frames != 2000  # the data's own settings stay
+
+
+def test_a_run_directory_saved_with_the_flat_keys_continues(straight, tmp_path):
+    """A config.yaml written before the settings were grouped (`env` its task, `replay_capacity`, ...) is read on
+    today's keys: the same settings continue the run, other ones are refused naming today's key."""
+    run_dir = copy_of(straight, tmp_path)
+    saved = OmegaConf.to_container(OmegaConf.load(run_dir / "config.yaml"))
+    flat_key = {new: old for old, new in RENAMED.items()}
+    flat = {flat_key.get(key, key): value for key, value in saved.items() if key not in GROUPS}
+    for group in GROUPS:
+        flat.update({flat_key[f"{group}.{key}"]: value for key, value in saved[group].items()})
+    assert flat["env"] == "point_mass_easy" and flat["replay_capacity"] == 2000
+    OmegaConf.save(flat, run_dir / "config.yaml")
+    result = run("pretrain", *RUN, run_dir=run_dir)
+    assert_ok(result)
+    assert "already complete" in result.stderr + result.stdout
+    assert_user_error(run("pretrain", *RUN, "replay.capacity=3000", run_dir=run_dir), "other settings",
+                      "replay.capacity=2000 (now 3000)")
 
 
 def test_a_rerun_with_other_threads_is_refused(straight, tmp_path):
     """torch's thread count changes the numbers (its reductions split otherwise): a run continued with another
     would mix two settings that neither reproduces alone."""
     run_dir = copy_of(straight, tmp_path)
-    assert_user_error(run("pretrain", *RUN, "threads=2", run_dir=run_dir), "other settings", "threads=1 (now 2)")
+    assert_user_error(run("pretrain", *RUN, "runtime.threads=2", run_dir=run_dir), "other settings",
+                      "runtime.threads=1 (now 2)")
 
 
 def test_a_config_yaml_cut_short_is_refused_not_ignored(straight, tmp_path):
@@ -186,7 +206,7 @@ def test_resume_false_over_data_is_refused_and_start_over_starts_again(straight,
 @pytest.mark.parametrize("override, named", [
     ("+agent.batchsize=3", "batchsize"), ("+pretrain_frame=100", "pretrain_frame"), ("nokey=1", "nokey"),
     ("seed=abc", "seed"), ("seed=-1", "seed"), ("seed=5000000000", "seed"), ("seed=5e9", "seed"),
-    ("camera_id=99", "camera_id"), ("agent.lr=nan", "agent.lr"), ("replay_capacity=1", "replay_capacity"),
+    ("env.camera_id=99", "env.camera_id"), ("agent.lr=nan", "agent.lr"), ("replay.capacity=1", "replay.capacity"),
     ("pretrain_frames=100", "no agent update"), ("agent=nope", "agent=nope: no such agent"),
 ])
 def test_bad_input_is_one_line_and_writes_nothing(tmp_path, override, named):
@@ -332,7 +352,7 @@ def test_a_snapshot_fits_a_disk_just_larger_than_it(tmp_path, mount):
     disk = mount(tmp_path / "small_disk", "size=30m")
     run_dir = disk / "run"
     assert_ok(run("pretrain", *STATES, "pretrain_frames=1000", "agent.hidden_dim=1024",
-                  "checkpoint_every_frames=null", run_dir=run_dir))
+                  "checkpoints.every_frames=null", run_dir=run_dir))
     snapshot = run_dir / "pretrain" / "snapshots" / "snapshot_1000.pt"
     assert snapshot.stat().st_size > 4 * 2**20
 
@@ -349,6 +369,6 @@ def test_a_finished_phase_drops_its_checkpoints_unless_asked(straight, tmp_path)
     assert not (straight / "pretrain" / "checkpoints").exists()
     assert len(list((straight / "pretrain" / "tb").iterdir())) == 1
     kept = tmp_path / "kept"
-    assert_ok(run("pretrain", *RUN, "pretrain_frames=2000", "keep_checkpoints=true", run_dir=kept))
+    assert_ok(run("pretrain", *RUN, "pretrain_frames=2000", "checkpoints.keep_completed=true", run_dir=kept))
     assert [p.name for p in list_checkpoints(kept / "pretrain" / "checkpoints")] == \
         ["checkpoint_1000.pt", "checkpoint_2000.pt"]

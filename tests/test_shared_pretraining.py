@@ -26,7 +26,7 @@ def tensors(state, prefix: str = "") -> dict[str, torch.Tensor]:
 def test_a_snapshot_along_a_longer_pretraining_equals_a_shorter_pretrainings_end(tmp_path):
     """Figure 6 from one pre-training per run: its snapshot at 2k frames is bitwise the end of a 2k-frame run."""
     short = protorl.pretrain(tiny(tmp_path / "short", pretrain_frames=2000))[0].snapshots[-1]
-    longer = protorl.pretrain(tiny(tmp_path / "long", pretrain_frames=3000, snapshot_at_frames=[2000]))[0]
+    longer = protorl.pretrain(tiny(tmp_path / "long", pretrain_frames=3000, snapshots={"at_frames": [2000]}))[0]
     along = longer.out_dir / "snapshots" / "snapshot_2000.pt"
     assert short.name == along.name and along in longer.snapshots
     expected, got = tensors(load_snapshot(short)["agent"]), tensors(load_snapshot(along)["agent"])

@@ -26,7 +26,7 @@ def agent_state(build_agent, replay):
 
 @pytest.fixture
 def saved(tmp_path, agent_state, point_mass_spec, tiny_cfg):
-    config = {"env": "point_mass_easy", "seed": 1, "camera_id": None, "snapshot_at_frames": [100, 200],
+    config = {"task": "point_mass_easy", "seed": 1, "env": {"camera_id": None}, "snapshots": {"at_frames": [100, 200]},
               "agent": dataclasses.asdict(tiny_cfg)}
     path = save_snapshot(tmp_path / "snaps" / "snapshot_100.pt", agent_state, point_mass_spec, config, 100)
     return path, agent_state, point_mass_spec, config

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from protorl.app.validate import validate
-from protorl.config import Config, ConfigError
+from protorl.config import Config, ConfigError, LoggingConfig
 from protorl.logs.logger import Logger
 from tests.runs import TINY, assert_ok, run
 
@@ -19,30 +19,31 @@ PRESETS = sorted(p.stem for p in (Path(__file__).parents[1] / "protorl" / "conf"
 
 
 def test_wandb_is_off_by_default(tmp_path, monkeypatch):
-    """Without `wandb=true` no W&B run starts: the schema, every command's composed config under every preset
+    """Without `logging.wandb=true` no W&B run starts: the schema, every command's composed config under every preset
     say false, and a configuration left at the default neither imports wandb nor writes the run id file."""
     from hydra import compose, initialize_config_module
 
     import protorl.app.cli  # noqa: F401  (registers the structured schema)
     from protorl.logs.tracking import ID_FILE, phase_tracker, start_run
 
-    assert Config().wandb is False
+    assert Config().logging.wandb is False
     assert PRESETS
     with initialize_config_module(config_module="protorl.conf", version_base="1.3"):
         for command in ("pretrain", "finetune", "train"):
             for preset in PRESETS:
-                assert compose(config_name=command, overrides=[f"preset={preset}"]).wandb is False, (command, preset)
+                composed = compose(config_name=command, overrides=[f"preset={preset}"])
+                assert composed.logging.wandb is False, (command, preset)
     monkeypatch.setitem(sys.modules, "wandb", None)  # any `import wandb` from here on raises ImportError
     cfg = Config(run_dir=str(tmp_path))
     validate(cfg, "train")
-    assert start_run(cfg, tmp_path) is None and phase_tracker(None, "pretrain") is None
+    assert start_run(cfg.logging, tmp_path, {}) is None and phase_tracker(None, "pretrain") is None
     assert not (tmp_path / ID_FILE).exists()
 
 
 def test_wandb_without_the_package_is_refused_with_the_install_command(monkeypatch):
     monkeypatch.setitem(sys.modules, "wandb", None)  # what `import wandb` sees when it is not installed
-    with pytest.raises(ConfigError, match=r"wandb.*pip install"):
-        validate(Config(wandb=True, run_dir="."), "train")
+    with pytest.raises(ConfigError, match=r"logging\.wandb.*pip install"):
+        validate(Config(logging=LoggingConfig(wandb=True), run_dir="."), "train")
 
 
 def test_phase_metrics_reach_the_wandb_run(tmp_path, monkeypatch):
@@ -75,8 +76,8 @@ def test_a_run_logs_offline_and_a_rerun_continues_the_same_wandb_run(tmp_path, m
     monkeypatch.setenv("WANDB_MODE", "offline")
     monkeypatch.setenv("WANDB_SILENT", "true")
     run_dir = tmp_path / "run"
-    overrides = ["preset=small", *TINY, "obs=states", "pretrain_frames=1000", "finetune_frames=1000",
-                 "analysis_every_frames=null", "wandb=true"]
+    overrides = ["preset=small", *TINY, "env.obs=states", "pretrain_frames=1000", "finetune_frames=1000",
+                 "analyses.every_frames=null", "logging.wandb=true"]
     assert_ok(run("train", *overrides, run_dir=run_dir))
     run_id = (run_dir / "wandb_id.txt").read_text().strip()
     assert [p.name.rsplit("-", 1)[1] for p in (run_dir / "wandb").glob("offline-run-*")] == [run_id]

@@ -1,7 +1,7 @@
 """How the batch size that Proto-RL draws its candidates from sets the spread of the k-NN reward (figure 10).
 
-For a Proto-RL snapshot that holds its replay (`snapshot_replay=true`, as the main job's do), the k-NN reward of 64
-probe observations is recomputed 10 times with freshly drawn candidate sets (`protorl.exploration.reward_variance`)
+For a Proto-RL snapshot that holds its replay (`snapshots.with_replay=true`, as the main job's do), the k-NN reward of
+64 probe observations is recomputed 10 times with freshly drawn candidate sets (`protorl.exploration.reward_variance`)
 while the batch the prototype-balanced candidates come from takes several sizes; the representation is the
 snapshot's throughout. Prints, per reward space and batch size, the mean coefficient of variation of the reward
 under the prototype-balanced candidates and under uniform ones, and how many distinct observations one
@@ -37,7 +37,7 @@ def main() -> None:
     torch.set_num_threads(1)
     snapshot = load_snapshot(args.snapshot)
     if "replay" not in snapshot:
-        parser.error(f"{args.snapshot} holds no replay: pre-train with snapshot_replay=true")
+        parser.error(f"{args.snapshot} holds no replay: pre-train with snapshots.with_replay=true")
     config = OmegaConf.to_object(OmegaConf.merge(OmegaConf.structured(ProtoConfig), snapshot["config"]["agent"]))
     replay = _replay(snapshot["replay"])
     probes = replay.stack_at(replay.sample_indices(PROBES, np.random.default_rng(0)))

@@ -29,22 +29,23 @@ from pathlib import Path
 
 import torch
 
-TINY = ["image_size=32", "action_repeat=8", "seed_transitions=20", "replay_capacity=500", "agent.batch_size=8",
-        "agent.hidden_dim=32", "agent.feature_dim=16", "eval_episodes=1", "eval_every_frames=1000",
-        "tensorboard=false", "progress_bar=false", "threads=1", "keep_checkpoints=true",
-        "checkpoint_every_frames=1000", "seed=3"]
+TINY = ["env.image_size=32", "env.action_repeat=8", "training.seed_transitions=20", "replay.capacity=500",
+        "agent.batch_size=8", "agent.hidden_dim=32", "agent.feature_dim=16", "evaluation.episodes=1",
+        "evaluation.every_frames=1000", "logging.tensorboard=false", "logging.progress_bar=false",
+        "runtime.threads=1", "checkpoints.keep_completed=true", "checkpoints.every_frames=1000", "seed=3"]
 PROTO_SIZES = ["agent.num_prototypes=16", "agent.candidates_per_prototype=2", "agent.proj_dim=16",
                "agent.pred_hidden_dim=32"]
 RUNS = {  # name -> overrides of protorl-train
     "proto": ["agent=proto", *PROTO_SIZES, "pretrain_frames=2000", "finetune_frames=2000",
-              "analysis_every_frames=1000", "env=point_mass_maze_explore",
-              "finetune_envs=[point_mass_maze_reach_top_left]"],
+              "analyses.every_frames=1000", "task=point_mass_maze_explore",
+              "finetune_tasks=[point_mass_maze_reach_top_left]"],
     "proto_paper": ["agent=proto_paper", *PROTO_SIZES, "pretrain_frames=2000", "finetune_frames=2000",
-                    "analysis_every_frames=null"],
-    "random": ["agent=random", "pretrain_frames=2000", "finetune_frames=2000", "analysis_every_frames=null"],
-    "icm": ["agent=icm", "pretrain_frames=2000", "finetune_frames=2000", "analysis_every_frames=null"],
-    "apt": ["agent=apt", "agent.knn_k=3", "pretrain_frames=2000", "finetune_frames=2000", "analysis_every_frames=1000"],
-    "drq": ["agent=drq", "pretrain_frames=0", "finetune_frames=2000", "analysis_every_frames=null"],
+                    "analyses.every_frames=null"],
+    "random": ["agent=random", "pretrain_frames=2000", "finetune_frames=2000", "analyses.every_frames=null"],
+    "icm": ["agent=icm", "pretrain_frames=2000", "finetune_frames=2000", "analyses.every_frames=null"],
+    "apt": ["agent=apt", "agent.knn_k=3", "pretrain_frames=2000", "finetune_frames=2000",
+            "analyses.every_frames=1000"],
+    "drq": ["agent=drq", "pretrain_frames=0", "finetune_frames=2000", "analyses.every_frames=null"],
 }
 TIMING_COLUMNS = {"fps", "total_time_s", "analysis/time_s"}
 
@@ -100,7 +101,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", nargs="+", default=list(RUNS), choices=list(RUNS))
     parser.add_argument("--overrides", nargs="+", default=[], metavar="KEY=VALUE",
-                        help="Hydra overrides added to every run (e.g. preset=small obs=pixels)")
+                        help="Hydra overrides added to every run (e.g. preset=small env.obs=pixels)")
     parser.add_argument("--ignore", nargs="+", default=[], metavar="NAME",
                         help="CSV columns and dotted tensor keys (e.g. agent.critic) to leave out")
     args = parser.parse_args()

@@ -78,7 +78,7 @@ class PixelEncoder(nn.Module):
 
 
 class StateEncoder(nn.Module):
-    """Replaces the conv encoder for `obs=states`: MLP (S -> hidden -> hidden), ReLU after each layer."""
+    """Replaces the conv encoder for `env.obs=states`: MLP (S -> hidden -> hidden), ReLU after each layer."""
 
     def __init__(self, obs_shape: tuple[int, ...], hidden_dim: int = 256):
         super().__init__()

@@ -1,9 +1,9 @@
 """The Hydra commands: protorl-pretrain, protorl-finetune, protorl-train (the others: `protorl.app.tools`).
 
     protorl-train                                   # the main job (preset=demo): the U-maze from states
-    protorl-train preset=paper env=walker_run       # the paper's 500k + 500k frames
-    protorl-pretrain env=walker_walk seed=3
-    protorl-finetune env=walker_run snapshot=runs/.../pretrain/snapshots/snapshot_500000.pt
+    protorl-train preset=paper task=walker_run      # the paper's 500k + 500k frames
+    protorl-pretrain task=walker_walk seed=3
+    protorl-finetune task=walker_run snapshot=runs/.../pretrain/snapshots/snapshot_500000.pt
 """
 
 from __future__ import annotations
@@ -12,6 +12,7 @@ import dataclasses
 import itertools
 import logging
 import os
+import re
 import sys
 import typing
 from collections.abc import Sequence
@@ -26,7 +27,7 @@ from omegaconf.errors import OmegaConfBaseException
 
 from protorl.agents import BUILT_IN, registered_agents
 from protorl.app.exits import INTERRUPTED_STATUS, exit_interrupted, exit_with, one_line
-from protorl.config import Config, ConfigError
+from protorl.config import RENAMED, Config, ConfigError, renamed_message
 from protorl.errors import ProtorlError, did_you_mean
 
 log = logging.getLogger("protorl")
@@ -46,7 +47,7 @@ def checked_config(cfg: DictConfig, command: str, overrides: Sequence[str] = ())
     """The validated typed config and, for finetune, its checked snapshot; user errors exit with status 2.
 
     `cfg`: the composed config without Hydra's node; a key the schema does not know (e.g. added with `+`)
-    is refused, not dropped. `overrides`: the command line's; an `env` named there must be a task of the run.
+    is refused, not dropped. `overrides`: the command line's; a `task` named there must be a task of the run.
     """
     try:
         return _checked(cfg, command, overrides)
@@ -59,6 +60,9 @@ def _checked(cfg: DictConfig, command: str, overrides: Sequence[str],
     from protorl.app.commands import check
 
     unknown = _unknown_keys(cfg, Config)
+    renamed = [key for key in unknown if key in RENAMED]
+    if renamed:  # e.g. a key of the flat config in a user's own YAML file
+        raise ConfigError(renamed_message(renamed[0]))
     if unknown:  # Hydra adds keys given with `+`; the typed config would drop them silently
         raise ConfigError(f"unknown config key {', '.join(unknown)}: not a protorl setting (protorl/config.py)")
     config: Config = OmegaConf.to_object(OmegaConf.merge(OmegaConf.structured(Config), cfg))
@@ -112,7 +116,7 @@ class ValidateBeforeRun(Callback):
                                           job.hydra.job.name, overrides, resources=False)
                     check_run_dir(checked)
                 except (HydraException, *_USER_ERRORS) as error:  # Hydra's own: an unknown option, for one
-                    errors.append(f"job {num} ({' '.join(overrides)}): {one_line(error)}")
+                    errors.append(f"job {num} ({' '.join(overrides)}): {_hydra_message(error)}")
         except Exception as error:  # Hydra would turn it into a warning and run the sweep unchecked
             exit_with(f"checking the sweep's jobs failed: {one_line(error)}", status=1)
         finally:
@@ -204,6 +208,9 @@ def _hydra_entry(main, command: str) -> None:
         print(command_help(command))
         return
 
+    renamed = _renamed_override(sys.argv[1:])
+    if renamed is not None:
+        exit_with(renamed_message(renamed))
     os.environ["HYDRA_FULL_ERROR"] = "1"  # Hydra raises instead of printing its multi-line report
     try:
         main()
@@ -214,7 +221,24 @@ def _hydra_entry(main, command: str) -> None:
     except MissingConfigException as error:  # e.g. agent=protoo: a config group has no such option
         exit_with(_missing_option(error))
     except (HydraException, OmegaConfBaseException) as error:
-        exit_with(one_line(error))
+        exit_with(_hydra_message(error))
+
+
+def _hydra_message(error: Exception) -> str:
+    """One line for an error of Hydra or OmegaConf: the key to write instead where it names a key the grouped
+    config renamed (e.g. in an experiment file of one's own)."""
+    key = re.search(r"(?:Key|override) '([\w.]+)'", str(error))
+    return renamed_message(key[1]) if key and key[1] in RENAMED else one_line(error)
+
+
+def _renamed_override(arguments: Sequence[str]) -> str | None:
+    """The first key of the command line's overrides that the grouped config renamed (`env=TASK` is one; the
+    group's `env.obs=...` is not); None if there is none."""
+    for argument in arguments:
+        key = argument.partition("=")[0].lstrip("+~")
+        if "=" in argument and key in RENAMED:
+            return key
+    return None
 
 
 def _missing_option(error: MissingConfigException) -> str:
@@ -262,7 +286,7 @@ def _finetune(cfg: DictConfig) -> None:
 
 @hydra.main(version_base="1.3", config_path="../conf", config_name="train")
 def _train(cfg: DictConfig) -> None:
-    """Pre-training then fine-tuning on `env`, as in the paper's protocol."""
+    """Pre-training then fine-tuning on `task`, as in the paper's protocol."""
     run_job(cfg, "train")
 
 
@@ -277,7 +301,7 @@ def finetune() -> None:
 
 
 def train() -> None:
-    """protorl-train: pre-training then fine-tuning on `env`, as in the paper's protocol."""
+    """protorl-train: pre-training then fine-tuning on `task`, as in the paper's protocol."""
     _hydra_entry(_train, "train")
 
 
@@ -289,19 +313,19 @@ COMMAND_HELP = {
               [("seed=N", "another seed of the same run (default 1)"),
                ("preset=NAME", "the run's scale: demo (the main job), small (cartpole from pixels, minutes on a "
                                "CPU), paper (the paper's settings: days on a CPU, hours on a GPU)"),
-               ("env=TASK", "the task, with preset=small or preset=paper (protorl-tasks lists them); the main "
+               ("task=TASK", "the task, with preset=small or preset=paper (protorl-tasks lists them); the main "
                             "job's preset names its own")]),
     "pretrain": ("task-agnostic pre-training: exploration without reward, writing snapshots for protorl-finetune. "
                  "With no arguments it runs the paper's settings (preset=paper: 500k frames from pixels at batch "
                  "512), which a CPU runs in days: it says so before starting.",
                  [("preset=small", "minutes on a CPU (cartpole from pixels, 4k frames)"),
-                  ("env=TASK", "the task whose world it explores (protorl-tasks lists them)"),
+                  ("task=TASK", "the task whose world it explores (protorl-tasks lists them)"),
                   ("agent=NAME", "the method (the agents are below): proto is Proto-RL, proto_paper Proto-RL as "
                                  "published")]),
     "finetune": ("downstream RL on a task, from a pre-training snapshot whose encoder, projector and prototypes "
                  "stay frozen. It needs snapshot=PATH: with no arguments it names the commands that write one.",
                  [("snapshot=PATH", "the snapshot: <run directory>/pretrain/snapshots/snapshot_<frames>.pt"),
-                  ("env=TASK", "the task, of the snapshot's domain (protorl-tasks lists them)"),
+                  ("task=TASK", "the task, of the snapshot's domain (protorl-tasks lists them)"),
                   ("preset=NAME", "the same preset as the pre-training: small, demo or paper (the default)")]),
 }
 HELP_GROUPS = {  # config group -> what choosing it does; the schema's and the presets' own groups are internal

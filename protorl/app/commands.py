@@ -2,11 +2,12 @@
 
     import protorl
     from protorl.agents.proto.agent import ProtoConfig
-    results = protorl.train(env="point_mass_maze_reach_top_left", pretrain_env="point_mass_maze_explore",
-                            obs="states", pretrain_frames=30_000, finetune_frames=10_000,
+    results = protorl.train(task="point_mass_maze_reach_top_left", pretrain_task="point_mass_maze_explore",
+                            env={"obs": "states"}, pretrain_frames=30_000, finetune_frames=10_000,
                             agent=ProtoConfig(batch_size=32), run_dir="runs/mine")
 
-They take the typed `Config` (or its fields as keywords), check it as the commands do, keep the run directory's
+They take the typed `Config` (or its fields as keywords: a group as its dataclass, e.g. `EnvConfig(obs="states")`,
+or a dict of the keys it changes), check it as the commands do, keep the run directory's
 contract (a rerun continues or skips what is there; other settings are refused) and return the phases'
 `PhaseResult`s. A user error raises a `protorl.errors.ProtorlError` naming what to change.
 """
@@ -25,8 +26,8 @@ from protorl.agents import agent_config
 from protorl.app.duration import check_duration
 from protorl.app.phases import compares_without_pretraining, planned_phases
 from protorl.app.resources import check_memory
-from protorl.app.validate import check_named_env, validate
-from protorl.config import Config, ConfigError, downstream_tasks, invalid, type_errors
+from protorl.app.validate import check_named_task, validate
+from protorl.config import GROUPS, RENAMED, Config, ConfigError, downstream_tasks, invalid, renamed_message, type_errors
 from protorl.envs import make_env
 from protorl.logs.tracking import finish_run, phase_tracker, start_run
 from protorl.storage.atomic import write_text_atomic
@@ -46,7 +47,7 @@ def pretrain(config: Config | None = None, **fields) -> list[PhaseResult]:
 
 
 def finetune(config: Config | None = None, **fields) -> list[PhaseResult]:
-    """Downstream RL from `snapshot` on `env` (or each of `finetune_envs`) (`protorl-finetune`)."""
+    """Downstream RL from `snapshot` on `task` (or each of `finetune_tasks`) (`protorl-finetune`)."""
     return run_command(configured(config, fields), "finetune", named=list(fields))
 
 
@@ -60,12 +61,15 @@ def configured(config: Config | None, fields: dict) -> Config:
     `Config` does not have, without a `run_dir`, or for a `config` that is not a `Config`."""
     if config is not None and not isinstance(config, Config):
         raise ConfigError(f"config={config!r}: expected a protorl.config.Config, or none with the settings as "
-                          "keywords (e.g. env=..., run_dir=...)")
+                          "keywords (e.g. task=..., run_dir=...)")
     config = config or Config()
+    renamed = [key for key in fields if key in RENAMED and not (key == "env" and not isinstance(fields[key], str))]
+    if renamed:
+        raise ConfigError(renamed_message(renamed[0]))
     unknown = sorted(set(fields) - {f.name for f in dataclasses.fields(Config)})
     if unknown:
         raise ConfigError(f"unknown config key {', '.join(unknown)}: not a protorl setting (protorl/config.py)")
-    config = dataclasses.replace(config, **fields)
+    config = dataclasses.replace(config, **{key: _group(config, key, value) for key, value in fields.items()})
     for key, value, expected in type_errors(config):
         raise invalid(key, value, expected)
     if config.run_dir is MISSING:
@@ -73,10 +77,23 @@ def configured(config: Config | None, fields: dict) -> Config:
     return config
 
 
+def _group(config: Config, key: str, value):
+    """`value` for the field `key` of `config`: a dict given for a group changes those keys of the group's
+    current settings (`ConfigError` for a key the group does not have); anything else is taken as it is."""
+    if key not in GROUPS or not isinstance(value, dict):
+        return value
+    group = getattr(config, key)
+    unknown = sorted(set(value) - {f.name for f in dataclasses.fields(group)})
+    if unknown:
+        raise ConfigError(f"unknown config key {', '.join(f'{key}.{name}' for name in unknown)}: not a protorl "
+                          "setting (protorl/config.py)")
+    return dataclasses.replace(group, **value)
+
+
 def check(config: Config, command: str, named: Collection[str] = (),
           resources: bool = True) -> tuple[Config, dict | None]:
     """`config` checked for `command` (one of `COMMANDS`) before anything is written, as a new config, and for
-    finetune its snapshot, read and verified (`named`: the keys the user set, `validate.check_named_env`); with
+    finetune its snapshot, read and verified (`named`: the keys the user set, `validate.check_named_task`); with
     `resources`, also the memory the run will need (`resources.check_memory`) and its wall time on this machine
     (`duration.check_duration`). In the new config `snapshot` is
     absolute, so the run directory records where it came from (with `pretrain_sweep` instead, it is the sweep's
@@ -84,22 +101,22 @@ def check(config: Config, command: str, named: Collection[str] = (),
     given and differs), and `agent` is of its agent's own config class."""
     if command == "finetune" and config.pretrain_sweep and not config.snapshot:
         sweep = str(Path(config.pretrain_sweep).resolve())
-        snapshot = snapshot_in_sweep(sweep, agent_config(config.agent).name, config.pretrain_env or config.env,
+        snapshot = snapshot_in_sweep(sweep, agent_config(config.agent).name, config.pretrain_task or config.task,
                                      config.seed, config.pretrain_frames)
         config = dataclasses.replace(config, pretrain_sweep=sweep, snapshot=str(snapshot))
     if config.snapshot:
         config = dataclasses.replace(config, snapshot=str(Path(config.snapshot).resolve()))
     validate(config, command)
-    check_named_env(config, command, named)
+    check_named_task(config, command, named)
     config = dataclasses.replace(config, agent=agent_config(config.agent))  # as the run directory records it
     pretrained = None
     if command == "finetune" and config.snapshot:  # refuse a missing, changed or mismatched snapshot before any work
         pretrained = load_snapshot(config.snapshot, agent_config=config.agent)
         for task in downstream_tasks(config):
-            check_spec(Path(config.snapshot), pretrained["env_spec"], make_env(task, config, seed=0).spec())
-        if config.pretrain_data_share > 0 and "replay" not in pretrained:
-            raise ConfigError(f"pretrain_data_share={config.pretrain_data_share}: snapshot {config.snapshot} holds "
-                              "no replay buffer; pre-train with snapshot_replay=true")
+            check_spec(Path(config.snapshot), pretrained["env_spec"], make_env(task, config.env, seed=0).spec())
+        if config.replay.pretrain_data_share > 0 and "replay" not in pretrained:
+            raise ConfigError(f"replay.pretrain_data_share={config.replay.pretrain_data_share}: snapshot "
+                              f"{config.snapshot} holds no replay buffer; pre-train with snapshots.with_replay=true")
     if config.snapshot:
         config = recorded_snapshot(config, pretrained)
     if resources:
@@ -127,7 +144,7 @@ _one_run_per_process = threading.Lock()
 def run_command(config: Config, command: str, named: Collection[str] = ()) -> list[PhaseResult]:
     """Check `config`, claim its run directory, run the phases of `command` and release the directory; one run at a
     time per process (`ConfigError` for a second one started meanwhile, e.g. from another thread). `named`: the
-    keys the caller set (`validate.check_named_env`)."""
+    keys the caller set (`validate.check_named_task`)."""
     if not _one_run_per_process.acquire(blocking=False):
         raise ConfigError("another protorl run is in progress in this process: runs draw from the process-wide "
                           "random generators of torch, NumPy and Python, so two at once would not give either's "
@@ -152,9 +169,9 @@ def run_phases(config: Config, command: str, run_dir: Path, pretrained: dict | N
     """The phases of `command` in the claimed `run_dir` (its `config.yaml` written first if new)."""
     if not (run_dir / CONFIG_FILE).exists():  # a continued run keeps the record it was made with
         write_text_atomic(run_dir / CONFIG_FILE, OmegaConf.to_yaml(OmegaConf.structured(config)))
-    device = prepare_process(config)
+    device = prepare_process(config.runtime)
     log.info("run directory %s, device %s", run_dir, device)
-    wandb_run = start_run(config, run_dir)
+    wandb_run = start_run(config.logging, run_dir, OmegaConf.to_container(OmegaConf.structured(config)))
     phases = planned_phases(config, command, pretrained is not None)
     from_snapshot = any(phase.kind == "finetune" for phase in phases)
     if command == "train" and not from_snapshot:
@@ -183,7 +200,7 @@ def run_phase(config: Config, phase: str, task: str, out_dir: Path, pretrained: 
     done = PhaseResult.load(out_dir)
     if done is not None:
         log.info("%s already complete in %s", phase, out_dir)
-        if not config.keep_checkpoints:  # a kill between result.json and the clean-up left them
+        if not config.checkpoints.keep_completed:  # a kill between result.json and the clean-up left them
             drop_checkpoints(out_dir / "checkpoints")
         return done
     trainer = Trainer(config, phase, task, out_dir, pretrained, phase_tracker(wandb_run, out_dir.name))

@@ -1,6 +1,6 @@
 """A run's wall time, estimated before it starts from agent updates and environment steps timed on this machine, and
-the check that refuses a run that would take longer than `max_hours` (a day by default: the paper's settings on a
-CPU would take days).
+the check that refuses a run that would take longer than `runtime.max_hours` (a day by default: the paper's settings
+on a CPU would take days).
 
 A phase's estimate is its agent steps and its evaluations' (episodes of the suite's 1000 frames) times an agent step
 (the policy's action and the environment's step, rendering included), and its updates times an update of its agent,
@@ -68,21 +68,21 @@ class RunDuration:
 
 
 def updates_of(cfg: Config, phase: PlannedPhase) -> int:
-    """The agent updates `phase` runs: `updates_per_step` at each agent step past the seed steps whose count is a
-    multiple of `update_every_steps`."""
-    steps, every = phase.frames // cfg.action_repeat, cfg.update_every_steps
-    updating_steps = max(0, -(-steps // every) - -(-cfg.seed_transitions // every))
-    return updating_steps * cfg.updates_per_step
+    """The agent updates `phase` runs: `training.updates_per_step` at each agent step past the seed steps whose
+    count is a multiple of `training.update_every_steps`."""
+    steps, every = phase.frames // cfg.env.action_repeat, cfg.training.update_every_steps
+    updating_steps = max(0, -(-steps // every) - -(-cfg.training.seed_transitions // every))
+    return updating_steps * cfg.training.updates_per_step
 
 
 def env_steps_of(cfg: Config, phase: PlannedPhase) -> int:
     """The environment steps `phase` runs: its agent steps, and its evaluations' (downstream, or with
-    `eval_during_pretrain`: every `eval_every_frames` from frame 0 on, and at the end)."""
-    steps = phase.frames // cfg.action_repeat
-    if phase.kind == "pretrain" and not cfg.eval_during_pretrain:
+    `evaluation.during_pretrain`: every `evaluation.every_frames` from frame 0 on, and at the end)."""
+    steps = phase.frames // cfg.env.action_repeat
+    if phase.kind == "pretrain" and not cfg.evaluation.during_pretrain:
         return steps
-    evaluations = -(-phase.frames // cfg.eval_every_frames) + 1
-    return steps + evaluations * cfg.eval_episodes * (EPISODE_FRAMES // cfg.action_repeat)
+    evaluations = -(-phase.frames // cfg.evaluation.every_frames) + 1
+    return steps + evaluations * cfg.evaluation.episodes * (EPISODE_FRAMES // cfg.env.action_repeat)
 
 
 def estimate_duration(cfg: Config, command: str, snapshot_given: bool = False) -> RunDuration | None:
@@ -91,10 +91,10 @@ def estimate_duration(cfg: Config, command: str, snapshot_given: bool = False) -
     phases = planned_phases(cfg, command, snapshot_given)
     if sum(updates_of(cfg, phase) for phase in phases) < TIMED_FROM_UPDATES:
         return None
-    device = resolve_device(cfg.device)
+    device = resolve_device(cfg.runtime.device)
     threads = torch.get_num_threads()
-    if cfg.threads is not None:
-        torch.set_num_threads(cfg.threads)  # as the run will
+    if cfg.runtime.threads is not None:
+        torch.set_num_threads(cfg.runtime.threads)  # as the run will
     try:
         timed: dict[str, tuple[float, float]] = {}  # kind -> (seconds per update, per environment step)
         for phase in phases:  # the tasks of a domain share their shapes: one timing per kind of phase
@@ -109,16 +109,17 @@ def estimate_duration(cfg: Config, command: str, snapshot_given: bool = False) -
 
 def check_duration(cfg: Config, command: str, snapshot_given: bool = False,
                    estimate: RunDuration | None = None) -> RunDuration | None:
-    """Raise `ConfigError` if the run's estimate (`estimate`, or `estimate_duration`'s) exceeds `max_hours`,
+    """Raise `ConfigError` if the run's estimate (`estimate`, or `estimate_duration`'s) exceeds `runtime.max_hours`,
     naming what to run instead; the estimate (logged when made here) otherwise, or None where the run is not timed."""
     known = estimate
     estimate = known or estimate_duration(cfg, command, snapshot_given)
     if estimate is None:
         return None
-    if cfg.max_hours is not None and estimate.seconds > cfg.max_hours * HOUR_S:
-        raise ConfigError(f"this run would take {estimate.describe()}, more than max_hours={cfg.max_hours:g}: for "
-                          "a run that ends in minutes run protorl-train (the main job) or add preset=small; on a "
-                          "GPU the paper's settings take hours; to start this run anyway, add max_hours=null")
+    if cfg.runtime.max_hours is not None and estimate.seconds > cfg.runtime.max_hours * HOUR_S:
+        raise ConfigError(f"this run would take {estimate.describe()}, more than runtime.max_hours="
+                          f"{cfg.runtime.max_hours:g}: for a run that ends in minutes run protorl-train (the main job) "
+                          "or add preset=small; on a GPU the paper's settings take hours; to start this run anyway, "
+                          "add runtime.max_hours=null")
     if known is None:
         log.info("estimated wall time: %s", estimate.describe())
     return estimate
@@ -142,7 +143,7 @@ def _short(seconds: float) -> str:
 def _time_phase(cfg: Config, phase: PlannedPhase, device: torch.device) -> tuple[float, float]:
     """(seconds per update, seconds per agent step: the policy's action and the environment's step) of `phase` on
     `device`."""
-    env = make_env(phase.task, cfg, seed=cfg.seed)
+    env = make_env(phase.task, cfg.env, seed=cfg.seed)
     try:
         agent_cfg = agent_config(cfg.agent)
         agent = make_agent(agent_cfg, env.obs_type, env.obs_shape, env.action_shape, device, phase.agent_mode)

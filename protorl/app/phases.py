@@ -32,7 +32,7 @@ def planned_phases(cfg: Config, command: str, snapshot_given: bool) -> list[Plan
     has been loaded. A fine-tuning starts from that snapshot or from the one its own pre-training writes."""
     phases = []
     if command == "pretrain" or (command == "train" and pretrains(cfg)):
-        phases.append(PlannedPhase("pretrain", cfg.pretrain_env or cfg.env, PRETRAIN_DIR, cfg.pretrain_frames))
+        phases.append(PlannedPhase("pretrain", cfg.pretrain_task or cfg.task, PRETRAIN_DIR, cfg.pretrain_frames))
     if command in ("finetune", "train"):
         has_snapshot = snapshot_given or bool(phases)
         kind = "finetune" if has_snapshot else "scratch"  # without a snapshot, the downstream agent learns it all

@@ -5,7 +5,7 @@ The estimate of a phase is the sum of
 - what this process holds (the interpreter, PyTorch, the simulator with its renderer, the plotting and logging
   libraries a run loads: loaded first, then read from the operating system),
 - the replay buffer as far as the phase fills it, twice where a checkpoint or a snapshot copies it out,
-- the pre-training's data a fine-tuning learns from (`pretrain_data_share`: the snapshot's replay, unless already
+- the pre-training's data a fine-tuning learns from (`replay.pretrain_data_share`: the snapshot's replay, unless already
   loaded, and its relabelled copy),
 - the agent at its peak in an update: the agent built and updated on PyTorch's meta device (shapes, no values),
   counting the tensors it holds at once: parameters, buffers, gradients, Adam's state and the activations. The
@@ -51,7 +51,7 @@ class MemoryEstimate:
     pretrain_data: int  # the pre-training's replay a fine-tuning learns from, and its relabelled copy
     agent: int  # the agent at its peak in an update
     replay_reserved: int  # the whole replay buffer, which the operating system must agree to reserve
-    device_frames: int  # the replay's frames, which a run on a GPU also keeps there (`replay_on_device`)
+    device_frames: int  # the replay's frames, which a run on a GPU also keeps there (`replay.on_device`)
 
     @property
     def total(self) -> int:
@@ -74,30 +74,30 @@ def phase_estimates(cfg: Config, command: str, pretrained: dict | None = None) -
     process, pretrain_replay, estimates = 0, 0, []  # process: this process's memory, read as each phase loads
     for phase in phases:
         name, frames = phase.kind, phase.frames
-        env = make_env(phase.task, cfg, seed=0)
+        env = make_env(phase.task, cfg.env, seed=0)
         try:
             env.reset()  # from pixels, its renderer starts
             _load_libraries(cfg)
             process = max(process, resident_bytes())
             slot = _replay_bytes_per_slot(env, keeps_physical_states(cfg, phase.phase))
-            device_frames = cfg.replay_capacity * math.prod(env.frame_shape) * env.frame_dtype.itemsize
+            device_frames = cfg.replay.capacity * math.prod(env.frame_shape) * env.frame_dtype.itemsize
             agent_bytes = _agent_peak_bytes(cfg, env, phase.agent_mode)
         finally:
             env.close()
         # a slot per agent step and one per episode's first frame: at most twice the steps
-        written = min(cfg.replay_capacity, 2 * (frames // cfg.action_repeat) + 1)
-        copied = (cfg.checkpoint_every_frames or cfg.checkpoint_every_minutes
-                  or (name == "pretrain" and cfg.snapshot_replay))  # a checkpoint or snapshot copies it out
+        written = min(cfg.replay.capacity, 2 * (frames // cfg.env.action_repeat) + 1)
+        copied = (cfg.checkpoints.every_frames or cfg.checkpoints.every_minutes
+                  or (name == "pretrain" and cfg.snapshots.with_replay))  # a checkpoint or snapshot copies it out
         replay = (2 if copied else 1) * written * slot
         if name == "pretrain":
             pretrain_replay = written * slot
         data = 0
-        if name == "finetune" and cfg.pretrain_data_share > 0:
+        if name == "finetune" and cfg.replay.pretrain_data_share > 0:
             if pretrained is not None:  # loaded already (counted in `process`): its relabelled copy
                 data = payload_bytes(pretrained.get("replay", {}))
             else:  # the snapshot written by the pre-training, loaded, and its relabelled copy
                 data = 2 * pretrain_replay
-        estimates.append(MemoryEstimate(name, 0, replay, data, agent_bytes, cfg.replay_capacity * slot,
+        estimates.append(MemoryEstimate(name, 0, replay, data, agent_bytes, cfg.replay.capacity * slot,
                                         device_frames))
     return [dataclasses.replace(estimate, process=process) for estimate in estimates]  # with every phase loaded
 
@@ -108,16 +108,16 @@ def check_memory(cfg: Config, command: str, pretrained: dict | None = None) -> M
     estimate otherwise. The host's side is skipped where the operating system does not say how much memory there
     is."""
     estimates = phase_estimates(cfg, command, pretrained)
-    device = resolve_device(cfg.device)
+    device = resolve_device(cfg.runtime.device)
     memory = _meminfo()
     for estimate in estimates:
         on_device = 0
         if device.type == "cuda":  # the agent, and the replay's frames where the run will keep them there too
-            frames_there = frames_device(device, estimate.device_frames, cfg.replay_on_device) is not None
+            frames_there = frames_device(device, estimate.device_frames, cfg.replay.on_device) is not None
             on_device = estimate.agent + (estimate.device_frames if frames_there else 0)
             free = torch.cuda.mem_get_info(device)[0]
             if on_device > free:
-                frames = " with the replay's frames (replay_on_device=false keeps them on the host)" \
+                frames = " with the replay's frames (replay.on_device=false keeps them on the host)" \
                     if frames_there else ""
                 raise ConfigError(f"the agent would need about {on_device / GIB:.1f} GiB of {device} at its peak "
                                   f"({estimate.phase}){frames} and {free / GIB:.1f} GiB are free there; lower "
@@ -126,9 +126,9 @@ def check_memory(cfg: Config, command: str, pretrained: dict | None = None) -> M
             continue
         reservable = memory["MemTotal"] + memory.get("SwapTotal", 0)
         if estimate.replay_reserved > reservable:
-            raise ConfigError(f"invalid config value replay_capacity={cfg.replay_capacity}: the buffer would "
+            raise ConfigError(f"invalid config value replay.capacity={cfg.replay.capacity}: the buffer would "
                               f"reserve {estimate.replay_reserved / GIB:.1f} GiB and this machine has "
-                              f"{reservable / GIB:.1f} GiB of memory and swap; lower replay_capacity")
+                              f"{reservable / GIB:.1f} GiB of memory and swap; lower replay.capacity")
         host_agent = estimate.agent if device.type != "cuda" else 0
         host = estimate.process + estimate.replay + estimate.pretrain_data + host_agent
         parts = (f"{estimate.process / GIB:.1f} GiB already held, replay {estimate.replay / GIB:.1f}, pre-training "
@@ -136,8 +136,8 @@ def check_memory(cfg: Config, command: str, pretrained: dict | None = None) -> M
         if host > memory["MemAvailable"]:
             largest = max(("replay", estimate.replay), ("pretrain_data", estimate.pretrain_data),
                           ("agent", host_agent), key=lambda item: item[1])[0]
-            advice = {"replay": "lower replay_capacity or the frames",
-                      "pretrain_data": "lower pretrain_data_share to 0",
+            advice = {"replay": "lower replay.capacity or the frames",
+                      "pretrain_data": "lower replay.pretrain_data_share to 0",
                       "agent": "lower agent.batch_size or the agent's sizes (its networks, prototypes, queue)"}
             raise ConfigError(f"this run would need about {host / GIB:.1f} GiB at its peak ({estimate.phase}: "
                               f"{parts}) and {memory['MemAvailable'] / GIB:.1f} GiB are available; "
@@ -175,7 +175,7 @@ def _load_libraries(cfg: Config) -> None:
     """Import what a run loads on its way (its plots, TensorBoard), so that the memory it holds is counted."""
     import matplotlib.backends.backend_agg  # noqa: F401
     import matplotlib.figure  # noqa: F401
-    if cfg.tensorboard:
+    if cfg.logging.tensorboard:
         import torch.utils.tensorboard  # noqa: F401
 
 

@@ -20,7 +20,7 @@ from hydra.experimental.callback import Callback
 from omegaconf import DictConfig, OmegaConf
 
 from protorl.reports.io import agent_choice
-from protorl.storage.run_files import CONFIG_FILE, is_complete, phase_dirs
+from protorl.storage.run_files import CONFIG_FILE, is_complete, phase_dirs, read_run_config
 
 log = logging.getLogger("protorl")
 INDEX_COLUMNS = ["run_dir", "overrides", "agent", "env", "seed", "phases", "complete"]
@@ -35,10 +35,10 @@ def index_row(run_dir: Path, sweep_dir: Path) -> dict[str, str]:
     """One job of a sweep: where it ran, what it overrode, and how far it got."""
     overrides_file = run_dir / ".hydra" / "overrides.yaml"
     overrides = OmegaConf.load(overrides_file) if overrides_file.is_file() else []
-    cfg = OmegaConf.load(run_dir / CONFIG_FILE) if (run_dir / CONFIG_FILE).is_file() else OmegaConf.create()
+    cfg = read_run_config(run_dir / CONFIG_FILE) if (run_dir / CONFIG_FILE).is_file() else OmegaConf.create()
     states = phase_states(run_dir)
     return {"run_dir": str(run_dir.relative_to(sweep_dir)), "overrides": " ".join(overrides),
-            "agent": agent_choice(run_dir, cfg), "env": cfg.get("env", ""),
+            "agent": agent_choice(run_dir, cfg), "env": cfg.get("task", ""),
             "seed": cfg.get("seed", ""), "phases": " ".join(f"{name}:{state}" for name, state in states.items()),
             "complete": str(bool(states) and all(s == "complete" for s in states.values())).lower()}
 

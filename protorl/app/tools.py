@@ -22,7 +22,7 @@ class _ArgumentParser(argparse.ArgumentParser):
 
 
 def tasks(argv: list[str] | None = None) -> None:
-    """protorl-tasks: every task name `env=` accepts, by domain, each with what earns its reward."""
+    """protorl-tasks: every task name `task=` accepts, by domain, each with what earns its reward."""
     from protorl.envs.catalog import catalog
     from protorl.envs.names import GYMNASIUM_PREFIX
 

@@ -50,7 +50,7 @@ EXTRA_TASKS: dict[str, ExtraTask] = {}
 
 
 def register_task(name: str, task: ExtraTask) -> None:
-    """Make `name` valid for `make_env` and `env=`; its domain decides which snapshots it accepts."""
+    """Make `name` valid for `make_env` and `task=`; its domain decides which snapshots it accepts."""
     EXTRA_TASKS[name] = task
 
 

@@ -3,6 +3,7 @@ a Gymnasium environment (`gym:<id>`, with the `gym` extra)."""
 
 from __future__ import annotations
 
+from protorl.config import EnvConfig
 from protorl.envs.dmc import DMCEnv, dmc_task
 from protorl.envs.env import Env
 from protorl.envs.names import GYMNASIUM_PREFIX
@@ -22,9 +23,8 @@ def split_task(name: str) -> tuple[str, str]:
     return dmc_task(name)
 
 
-def make_env(task: str, cfg, seed: int) -> Env:
-    """Build a `DMCEnv` (or for `gym:<id>`, a `GymnasiumEnv`) with the observation settings of a
-    `protorl.config.Config`."""
+def make_env(task: str, cfg: EnvConfig, seed: int) -> Env:
+    """Build a `DMCEnv` (or for `gym:<id>`, a `GymnasiumEnv`) observed and stepped as `cfg` says."""
     if task.startswith(GYMNASIUM_PREFIX):
         from protorl.envs.gymnasium_env import GymnasiumEnv  # Gymnasium is an optional extra
         return GymnasiumEnv(task, obs=cfg.obs, image_size=cfg.image_size, frame_stack=cfg.frame_stack,

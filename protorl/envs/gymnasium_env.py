@@ -1,8 +1,8 @@
-"""Any Gymnasium environment with a Box action space as a protorl task: `env=gym:<id>` (needs the `gym` extra).
+"""Any Gymnasium environment with a Box action space as a protorl task: `task=gym:<id>` (needs the `gym` extra).
 
-Observed as its vector state (`obs=states`, a Box observation flattened to float32) or as pixels rendered to
-`image_size` x `image_size` (`obs=pixels`, stacked like DeepMind Control's frames). Actions in [-1, 1] are scaled
-to the action space's bounds and repeated `action_repeat` times. An episode ends at the environment's termination
+Observed as its vector state (`env.obs=states`, a Box observation flattened to float32) or as pixels rendered to
+`image_size` x `image_size` (`env.obs=pixels`, stacked like DeepMind Control's frames). Actions in [-1, 1] are
+scaled to the action space's bounds and repeated `action_repeat` times. An episode ends at the environment's termination
 (discount 0) or truncation, e.g. its registered time limit (discount 1). There is no physical state: analyses that
 need one (coverage, maps) find none, and the reward-variance analysis still runs.
 """
@@ -25,7 +25,7 @@ def _gymnasium():
     try:
         import gymnasium
     except ImportError as error:
-        raise ValueError("env=gym:<id> needs Gymnasium: pip install -e \".[gym]\"") from error
+        raise ValueError("task=gym:<id> needs Gymnasium: pip install -e \".[gym]\"") from error
     return gymnasium
 
 
@@ -33,7 +33,7 @@ def check_gymnasium_task(task: str) -> None:
     """Raise `ValueError` if `task` (`gym:<id>`) names no registered Gymnasium environment."""
     gymnasium = _gymnasium()
     if gymnasium_id(task) not in gymnasium.registry:
-        raise ValueError(f"unknown Gymnasium environment {gymnasium_id(task)!r} (env={task}); registered ids are "
+        raise ValueError(f"unknown Gymnasium environment {gymnasium_id(task)!r} (task={task}); registered ids are "
                          "listed by gymnasium.pprint_registry()")
 
 
@@ -54,9 +54,9 @@ class GymnasiumEnv(FrameStack):
         weakref.finalize(self, self._env.close)  # rendering contexts go before the interpreter tears down
         space = self._env.action_space
         if not isinstance(space, gymnasium.spaces.Box) or not np.isfinite([space.low, space.high]).all():
-            raise ValueError(f"env={task}: protorl needs a bounded Box action space, got {space}")
+            raise ValueError(f"task={task}: protorl needs a bounded Box action space, got {space}")
         if obs == "states" and not isinstance(self._env.observation_space, gymnasium.spaces.Box):
-            raise ValueError(f"env={task} obs=states: needs a Box observation space, got "
+            raise ValueError(f"task={task} env.obs=states: needs a Box observation space, got "
                              f"{self._env.observation_space}")
         self._action_low, self._action_high = space.low.astype(np.float64), space.high.astype(np.float64)
         self.action_shape: tuple[int, ...] = tuple(space.shape)

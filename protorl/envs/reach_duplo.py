@@ -13,7 +13,7 @@ sigmoid): 1 while the hand's tool centre point is within 5 cm of the brick's cen
 Episodes: 250 control steps of 0.04 s (time limit 10 s). Domain `reach_duplo`.
 
 Observations: the `features` variant (joint positions/velocities/torques, hand pose, brick pose; no
-camera observables), so `obs=states` gets a flat vector; pixels are rendered by `DMCEnv` from camera 0,
+camera observables), so `env.obs=states` gets a flat vector; pixels are rendered by `DMCEnv` from camera 0,
 the task's `front_close` camera (the only camera of the composed model). The action (9,) is the arm's
 6 joint-velocity and the hand's 3 finger actuators, bounded by the spec; `DMCEnv` maps [-1, 1] onto it.
 """

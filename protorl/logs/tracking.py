@@ -11,9 +11,7 @@ from __future__ import annotations
 import uuid
 from pathlib import Path
 
-from omegaconf import OmegaConf
-
-from protorl.config import Config
+from protorl.config import LoggingConfig
 
 ID_FILE = "wandb_id.txt"
 
@@ -26,8 +24,9 @@ def wandb_available() -> bool:
     return True
 
 
-def start_run(cfg: Config, run_dir: Path):
-    """Start (or, with an id saved in `run_dir`, resume) the W&B run of `run_dir`; None if wandb is off."""
+def start_run(cfg: LoggingConfig, run_dir: Path, record: dict):
+    """Start (or, with an id saved in `run_dir`, resume) the W&B run of `run_dir`, with the run's config `record`
+    (plain data); None if `cfg.wandb` is off."""
     if not cfg.wandb:
         return None
     import wandb
@@ -36,8 +35,7 @@ def start_run(cfg: Config, run_dir: Path):
     run_id = id_file.read_text().strip() if id_file.exists() else uuid.uuid4().hex[:12]
     id_file.write_text(run_id + "\n")
     return wandb.init(project=cfg.wandb_project, entity=cfg.wandb_entity, group=cfg.wandb_group,
-                      name=run_dir.name, id=run_id, resume="allow", dir=str(run_dir),
-                      config=OmegaConf.to_container(OmegaConf.structured(cfg)))
+                      name=run_dir.name, id=run_id, resume="allow", dir=str(run_dir), config=record)
 
 
 class PhaseTracker:

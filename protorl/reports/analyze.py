@@ -25,7 +25,7 @@ from protorl.reports.finetuning import evaluated_downstream_dirs, plot_finetunin
 from protorl.reports.io import Rows, has, read_csv, read_result, series
 from protorl.reports.paths import inside
 from protorl.reports.plots import Curve, Level, Panel, plot_curves
-from protorl.storage.run_files import CONFIG_FILE, PRETRAIN_DIR, RESULT_FILE
+from protorl.storage.run_files import CONFIG_FILE, PRETRAIN_DIR, RESULT_FILE, read_run_config
 
 COVERAGE_KEYS = {  # column -> (legend, line format)
     "coverage/entropy": ("agent: normalised entropy of the visited states", "o-"),
@@ -64,7 +64,7 @@ def phase_dir(run_dir: Path) -> Path:
     if evaluated_downstream_dirs(run_dir):
         return run_dir / PRETRAIN_DIR  # a fine-tuning run: its downstream diagnostics alone
     raise ResultsError(f"{run_dir} is not a protorl run directory with analyses: no pretrain/analysis.csv "
-                       "(written by protorl-pretrain and protorl-train unless analysis_every_frames=null)")
+                       "(written by protorl-pretrain and protorl-train unless analyses.every_frames=null)")
 
 
 def plot_coverage(rows: Rows, path: Path) -> Path:
@@ -105,7 +105,7 @@ def plot_variance(rows: Rows, path: Path) -> Path:
 
 
 def _probe_lines(rows: Rows) -> list[str]:
-    """The state probe over pre-training (`probe_samples`), if it ran: its mean R^2 at each analysis."""
+    """The state probe over pre-training (`analyses.probe_samples`), if it ran: its mean R^2 at each analysis."""
     probed = [row for row in rows if "probe/encoder_r2" in row]
     if not probed:
         return []
@@ -124,8 +124,9 @@ def _summary(run_dir: Path, phase: Path, config: DictConfig | None, rows: Rows, 
     columns of `analysis.csv` that this report reads and the file lacks (figures that need them are left out)."""
     lines = [f"protorl analysis of {run_dir}"]
     if config is not None:
-        lines.append(f"  agent {config.agent.get('name', 'proto')}, seed {config.seed}, obs {config.obs}, "
-                     f"coverage bins {config.get('coverage_bins', '?')} per coordinate")
+        lines.append(f"  agent {config.agent.get('name', 'proto')}, seed {config.seed}, "
+                     f"obs {OmegaConf.select(config, 'env.obs', default='?')}, "
+                     f"coverage bins {OmegaConf.select(config, 'analyses.coverage_bins', default='?')} per coordinate")
     done = read_result(phase)
     if done is not None:
         lines.append(f"  pre-training on {done['task']}: {done['frames']} frames, complete")
@@ -212,7 +213,7 @@ def analyze_run(run_dir: Path) -> str:
     maps = [inside(path, run_dir) for path in map_paths(phase / "maps", up_to_frames=math.inf)[-1:]]
     columns, rows = read_csv(phase / "analysis.csv")
     train_rows = read_csv(phase / "train.csv")[1]
-    config = OmegaConf.load(run_dir / CONFIG_FILE) if (run_dir / CONFIG_FILE).is_file() else None
+    config = read_run_config(run_dir / CONFIG_FILE) if (run_dir / CONFIG_FILE).is_file() else None
     num_prototypes = _num_prototypes(config)
     out.mkdir(exist_ok=True)
     written = []

@@ -106,9 +106,10 @@ def probe_snapshots(paths: Sequence[str | Path], samples: int = 4000, seed: int 
     results = []
     for path, pretrained in snapshots:
         config, spec = pretrained.config, pretrained.env_spec
-        task = config.get("pretrain_env") or config["env"]
-        settings = dict(obs=spec["obs_type"], image_size=config["image_size"], frame_stack=config["frame_stack"],
-                        action_repeat=spec["action_repeat"], camera_id=config.get("camera_id"))
+        task = config.get("pretrain_task") or config["task"]
+        settings = dict(obs=spec["obs_type"], image_size=config["env"]["image_size"],
+                        frame_stack=config["env"]["frame_stack"], action_repeat=spec["action_repeat"],
+                        camera_id=config["env"].get("camera_id"))
         key = (task, *settings.values())
         if key not in frames_by_settings:
             frames_by_settings[key] = collect_frames(task, samples, seed, **settings)

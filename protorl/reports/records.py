@@ -28,6 +28,7 @@ from protorl.storage.run_files import (
     SCRATCH_PREFIX,
     downstream_dirs,
     downstream_name,
+    read_run_config,
     scratch_dir_name,
 )
 from protorl.storage.rundir import result_changing_differences
@@ -162,7 +163,7 @@ def method_title(cfg: DictConfig, scratch: bool, downstream: bool) -> str:
     agent = registered_agents().get(name)
     if agent is None:
         return name
-    title = agent.method_title(str(cfg.get("obs", "pixels")))
+    title = agent.method_title(str(OmegaConf.select(cfg, "env.obs", default="pixels")))
     if not downstream or not agent.supports("pretrain"):
         return title
     pretrained = not scratch and (cfg.get("snapshot") or cfg.get("pretrain_sweep") or cfg.get("pretrain_frames", 1))
@@ -179,14 +180,15 @@ def phases(run_dir: Path, cfg: DictConfig, metric: Metric) -> list[tuple[Path, s
     """(phase directory, task) pairs of the run that `metric` reads."""
     if not metric.downstream:
         pretrain = run_dir / PRETRAIN_DIR
-        return [(pretrain, cfg.get("pretrain_env") or cfg.env)] if pretrain.is_dir() else []
-    return [(phase, downstream_name(phase, cfg.env).removeprefix(SCRATCH_PREFIX)) for phase in downstream_dirs(run_dir)]
+        return [(pretrain, cfg.get("pretrain_task") or cfg.task)] if pretrain.is_dir() else []
+    return [(phase, downstream_name(phase, cfg.task).removeprefix(SCRATCH_PREFIX))
+            for phase in downstream_dirs(run_dir)]
 
 
 def read_records(run_dir: Path, group_by: list[str], metric: Metric = RETURN) -> list[Record]:
     """One record per phase directory of the run that `metric` reads; ResultsError if a symlink leads a file
     it reads (`config.yaml`, `.hydra/hydra.yaml`, a phase's CSV or `result.json`) outside the run."""
-    cfg = OmegaConf.load(inside(run_dir / CONFIG_FILE, run_dir))
+    cfg = read_run_config(inside(run_dir / CONFIG_FILE, run_dir))
     inside(run_dir / ".hydra" / "hydra.yaml", run_dir)  # read by method_label for --group-by agent
     method = method_label(cfg, group_by, run_dir)
     records = []
@@ -240,7 +242,7 @@ def flat_config(run_dir: Path) -> dict[str, object]:
         else:
             yield prefix[:-1], node
 
-    config = OmegaConf.to_container(OmegaConf.load(run_dir / CONFIG_FILE))
+    config = OmegaConf.to_container(read_run_config(run_dir / CONFIG_FILE))
     return {key: value for key, value in flatten(config) if key != "run_dir"}
 
 

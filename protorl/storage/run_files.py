@@ -2,7 +2,7 @@
 
     <run_dir>/config.yaml                 the settings the run was made with
     <run_dir>/pretrain/                   the task-agnostic phase (train.csv, analysis.csv, snapshots/, result.json)
-    <run_dir>/finetune/                   the downstream phase on `env`, or, with `finetune_envs`,
+    <run_dir>/finetune/                   the downstream phase on `task`, or, with `finetune_tasks`,
     <run_dir>/finetune_<task>/            one per downstream task
     <run_dir>/finetune_scratch_<task>/    the same task without pre-training (`compare_without_pretraining`)
 
@@ -13,7 +13,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from protorl.config import Config
+from omegaconf import DictConfig, OmegaConf
+
+from protorl.config import Config, grouped
 
 CONFIG_FILE = "config.yaml"
 RESULT_FILE = "result.json"
@@ -23,8 +25,14 @@ SCRATCH_PREFIX = "scratch_"  # the task name a fine-tuning without pre-training 
 
 
 def downstream_dir_name(cfg: Config, task: str) -> str:
-    """`finetune` for a single downstream task (`env`), else `finetune_<task>`."""
-    return f"{DOWNSTREAM_DIR}_{task}" if cfg.finetune_envs else DOWNSTREAM_DIR
+    """`finetune` for a single downstream task (`task`), else `finetune_<task>`."""
+    return f"{DOWNSTREAM_DIR}_{task}" if cfg.finetune_tasks else DOWNSTREAM_DIR
+
+
+def read_run_config(path: Path) -> DictConfig:
+    """A run directory's config.yaml (at `path`) on today's keys: one written before the settings were grouped has
+    its flat keys moved into the groups (`protorl.config.grouped`)."""
+    return OmegaConf.create(grouped(OmegaConf.to_container(OmegaConf.load(path))))
 
 
 def scratch_dir_name(task: str) -> str:
@@ -49,7 +57,7 @@ def phase_dirs(run_dir: Path) -> list[Path]:
 
 
 def downstream_name(phase: Path, env: str) -> str:
-    """What a downstream directory was fine-tuned on: `env` for `finetune/`, else the name after `finetune_` (a
+    """What a downstream directory was fine-tuned on: `task` for `finetune/`, else the name after `finetune_` (a
     task, or `scratch_<task>` without pre-training)."""
     return env if phase.name == DOWNSTREAM_DIR else phase.name.removeprefix(f"{DOWNSTREAM_DIR}_")
 

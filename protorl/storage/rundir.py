@@ -31,6 +31,7 @@ from protorl.storage.run_files import (
     DOWNSTREAM_DIR,
     PRETRAIN_DIR,
     downstream_dir_name,
+    read_run_config,
     scratch_dir_name,
 )
 
@@ -40,13 +41,14 @@ LOCK_FILE = ".lock"
 # names of run data: a directory holding one of these is not taken for a new run (Hydra's .hydra/ and log are not)
 RUN_DATA = (CONFIG_FILE, "curves.png", "analysis", PRETRAIN_DIR, "wandb_id.txt", "wandb")
 RUN_DATA_PREFIXES = (DOWNSTREAM_DIR,)  # finetune/ and finetune_<task>/
-# keys that may differ between the commands that write one directory
+# dotted keys that may differ between the commands that write one directory
 RERUN_FREE_KEYS = frozenset({
-    "resume", "start_over", "keep_checkpoints", "run_dir", "device", "fast_malloc", "progress_bar", "max_hours",
-    "overlap_env_step", "replay_on_device",  # the same results either way
-    "checkpoint_every_frames", "checkpoint_every_minutes", "checkpoint_keep",
-    "wandb", "wandb_project", "wandb_entity", "wandb_group", "save_video", "video_size",
-    "comparison_note",
+    "resume", "start_over", "run_dir", "comparison_note",
+    "runtime.device", "runtime.fast_malloc", "runtime.max_hours",
+    "runtime.overlap_env_step", "replay.on_device",  # the same results either way
+    "checkpoints.every_frames", "checkpoints.every_minutes", "checkpoints.keep", "checkpoints.keep_completed",
+    "logging.progress_bar", "logging.wandb", "logging.wandb_project", "logging.wandb_entity", "logging.wandb_group",
+    "evaluation.save_video", "evaluation.video_size",
 })
 
 SNAPSHOT_PLACES = frozenset({"snapshot", "pretrain_sweep"})  # where a snapshot lives, once its content is recorded
@@ -139,7 +141,7 @@ def saved_config(run_dir: Path) -> Config:
     """The config a run directory was made with (its config.yaml, on today's schema)."""
     path = run_dir / CONFIG_FILE
     try:
-        saved = OmegaConf.load(path)
+        saved = read_run_config(path)
         agent_schema = OmegaConf.structured(agent_class(str(saved.agent.name)).config_class)  # the agent's own keys
         return OmegaConf.to_object(OmegaConf.merge(OmegaConf.structured(Config), {"agent": agent_schema}, saved))
     except Exception as error:  # unreadable, not YAML (e.g. cut short), or not this schema
@@ -164,7 +166,7 @@ def result_changing_differences(old: dict[str, object], new: dict[str, object], 
     if not all(recorded):  # recorded by an older protorl: by its path
         free |= {"snapshot_sha256"}
     return [key for key in sorted(old.keys() | new.keys())
-            if key.split(".")[-1] not in free and old.get(key) != new.get(key)]
+            if key not in free and old.get(key) != new.get(key)]
 
 
 def _check_contract(run_dir: Path, cfg: Config, delete: bool = True) -> None:
@@ -205,7 +207,7 @@ def _run_paths(run_dir: Path, saved: Config) -> list[Path]:
     names += [downstream_dir_name(saved, task) for task in downstream_tasks(saved)]
     if saved.compare_without_pretraining:
         names += [scratch_dir_name(task) for task in downstream_tasks(saved)]
-    if saved.wandb:
+    if saved.logging.wandb:
         names.append("wandb")
     return [run_dir / name for name in names if (run_dir / name).exists() or (run_dir / name).is_symlink()]
 

@@ -12,14 +12,13 @@ import dataclasses
 from pathlib import Path
 
 import torch
-from omegaconf import OmegaConf
 
 from protorl.agents import Agent, agent_class
 from protorl.config import AgentConfig
 from protorl.errors import ConfigError, SnapshotError, first_line
 from protorl.storage.atomic import atomic_save, safe_load
 from protorl.storage.digests import archive_digest, file_sha256
-from protorl.storage.run_files import PRETRAIN_DIR
+from protorl.storage.run_files import PRETRAIN_DIR, read_run_config
 
 FORMAT_VERSION = 3  # 2: the projector as `linear` plus its statistics; 3: each agent's own config keys
 
@@ -182,13 +181,13 @@ def snapshot_in_sweep(sweep_dir: str | Path, agent: str, pretrain_task: str, see
     if not sweep_dir.is_dir():
         raise SnapshotError(f"pretrain_sweep={sweep_dir}: no such directory")
     for config_file in sorted(sweep_dir.glob("*/config.yaml")):
-        run = OmegaConf.load(config_file)
-        if (run.agent.name, run.pretrain_env or run.env, run.seed) == (agent, pretrain_task, seed):
+        run = read_run_config(config_file)
+        if (run.agent.name, run.pretrain_task or run.task, run.seed) == (agent, pretrain_task, seed):
             snapshot = config_file.parent / PRETRAIN_DIR / "snapshots" / f"snapshot_{frames}.pt"
             if not snapshot.is_file():
                 raise SnapshotError(f"pretrain_sweep={sweep_dir}: run {config_file.parent.name} has no snapshot "
                                     f"at pretrain_frames={frames} ({snapshot.name} is missing: unfinished, or not "
-                                    "in its snapshot_at_frames)")
+                                    "in its snapshots.at_frames)")
             return snapshot
     raise SnapshotError(f"pretrain_sweep={sweep_dir}: no run pre-trained agent {agent} on {pretrain_task} with "
                         f"seed {seed}")

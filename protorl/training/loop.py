@@ -8,13 +8,13 @@ from __future__ import annotations
 
 import logging
 import math
-import time
 from pathlib import Path
 
 import numpy as np
+from omegaconf import OmegaConf
 
 from protorl.agents import make_agent
-from protorl.config import EVAL_SEED_OFFSET, Config, keeps_physical_states
+from protorl.config import EVAL_SEED_OFFSET, Config, downstream_tasks, keeps_physical_states, runs_analyses
 from protorl.envs import TimeStep, make_env
 from protorl.envs.thread import EnvThread
 from protorl.errors import CheckpointError, RunInterrupted, TrainingDiverged
@@ -28,9 +28,10 @@ from protorl.storage.snapshots import check_architecture
 from protorl.training.callbacks import Callback
 from protorl.training.callbacks.checkpointing import Checkpoints
 from protorl.training.callbacks.evaluation import Evaluation
-from protorl.training.callbacks.exploration import phase_analyses
+from protorl.training.callbacks.exploration import AnalysisMonitor, NoAnalyses
 from protorl.training.callbacks.progress import ProgressLog
 from protorl.training.callbacks.snapshotting import Snapshots
+from protorl.training.context import PhaseContext
 from protorl.training.interrupt import StopRequest, stop_request
 from protorl.training.pretrain_data import mixed_batch, relabelled_replay
 from protorl.training.result import PhaseResult
@@ -49,10 +50,10 @@ class Trainer:
         online, figure 14). `tracker`: also send the logs to a W&B run (`protorl.logs.tracking.phase_tracker`)."""
         self.cfg, self.phase, self.task, self.out_dir = cfg, phase, task, out_dir
         set_seed(cfg.seed)
-        self.device = resolve_device(cfg.device)
-        self.env = make_env(task, cfg, seed=cfg.seed)
-        self.env_thread = EnvThread(self.env, threaded=cfg.overlap_env_step)  # where its resets and steps run
-        self.eval_env = make_env(task, cfg, seed=cfg.seed + EVAL_SEED_OFFSET)
+        self.device = resolve_device(cfg.runtime.device)
+        self.env = make_env(task, cfg.env, seed=cfg.seed)
+        self.env_thread = EnvThread(self.env, threaded=cfg.runtime.overlap_env_step)  # where its resets and steps run
+        self.eval_env = make_env(task, cfg.env, seed=cfg.seed + EVAL_SEED_OFFSET)
         mode = "pretrain" if phase == "pretrain" else "online" if pretrained is None else "frozen"
         self.agent = make_agent(cfg.agent, self.env.obs_type, self.env.obs_shape, self.env.action_shape,
                                 self.device, mode)
@@ -63,22 +64,22 @@ class Trainer:
         # downstream from a snapshot, the pre-trained exploration actor collects the seed transitions (the paper's
         # code: its random steps are the run's first ones only); otherwise they are uniform-random actions
         self.seeds_with_actor = pretrained is not None and self.agent.loads_pretrained_actor
-        self.pretrain_data = None  # the snapshot's replay with this task's rewards (`pretrain_data_share`)
-        if pretrained is not None and cfg.pretrain_data_share > 0:
-            relabelling_env = make_env(task, cfg, seed=cfg.seed)
-            self.pretrain_data = relabelled_replay(pretrained["replay"], relabelling_env, cfg.action_repeat,
+        self.pretrain_data = None  # the snapshot's replay with this task's rewards (`replay.pretrain_data_share`)
+        if pretrained is not None and cfg.replay.pretrain_data_share > 0:
+            relabelling_env = make_env(task, cfg.env, seed=cfg.seed)
+            self.pretrain_data = relabelled_replay(pretrained["replay"], relabelling_env, cfg.env.action_repeat,
                                                    seed=[cfg.seed, 1])
             relabelling_env.close()
             rewarded = int((self.pretrain_data.rewards != 0).sum())
             log.info("pre-training data: %d transitions, %d with a reward of %s", len(self.pretrain_data),
                      rewarded, task)
         keeps_states = keeps_physical_states(cfg, phase)
-        frames_nbytes = cfg.replay_capacity * math.prod(self.env.frame_shape) * self.env.frame_dtype.itemsize
+        frames_nbytes = cfg.replay.capacity * math.prod(self.env.frame_shape) * self.env.frame_dtype.itemsize
         self.replay = ReplayBuffer(self.env.frame_shape, self.env.frame_dtype, self.env.action_shape,
-                                   cfg.replay_capacity, self.env.frame_stack, seed=cfg.seed,
+                                   cfg.replay.capacity, self.env.frame_stack, seed=cfg.seed,
                                    physical_state_shape=self.env.physical_state_shape if keeps_states else None,
-                                   device=frames_device(self.device, frames_nbytes, cfg.replay_on_device))
-        self.logger = Logger(out_dir, self.agent.metric_names(), tensorboard=cfg.tensorboard,
+                                   device=frames_device(self.device, frames_nbytes, cfg.replay.on_device))
+        self.logger = Logger(out_dir, self.agent.metric_names(), tensorboard=cfg.logging.tensorboard,
                              tracker=tracker)
         self.total_frames = cfg.pretrain_frames if phase == "pretrain" else cfg.finetune_frames
         self.total_steps = self.total_frames // self.env.action_repeat
@@ -87,17 +88,20 @@ class Trainer:
         self.checkpoint_dir = out_dir / "checkpoints"
         self.result = PhaseResult(phase, task, 0, 0, 0.0, out_dir)
         self._rng = np.random.default_rng(cfg.seed)  # the seed transitions' uniform-random actions
-        self._elapsed_before = 0.0  # wall time of the run before a resume
-        self._start = time.time()
-        self.checkpoints: Checkpoints | None = Checkpoints(cfg, self.checkpoint_dir, self.state_dict)
+        self.context = PhaseContext(phase, task, self.logger, self.checkpoint_dir)
+        self.checkpoints = Checkpoints(cfg.checkpoints, self.checkpoint_dir, self.state_dict)
+        analyses = (AnalysisMonitor(cfg.analyses, cfg.env, cfg.seed, downstream_tasks(cfg), self.total_frames,
+                                    self.env, self.agent, self.replay, self.logger, out_dir)
+                    if runs_analyses(cfg, phase) else NoAnalyses())
         # in the order their hooks run: evaluation and snapshots before a step; at an episode's end the train.csv
         # row, the analyses, then a checkpoint of what they all did
         self.callbacks: list[Callback] = [
-            Evaluation(cfg, self.eval_env, self.agent, self.logger, self.result, self.elapsed, self.check_finite),
-            Snapshots(cfg, self.total_frames, self.env, self.agent, self.replay, self.result, self.check_finite),
-            ProgressLog(cfg, self.total_steps * self.env.action_repeat, self.env.action_repeat, self.agent,
-                        self.logger, self.result, self.elapsed),
-            phase_analyses(cfg, phase, self.env, self.agent, self.replay, self.logger, out_dir),
+            Evaluation(cfg.evaluation, self.context, self.eval_env, self.agent, self.logger, self.result),
+            Snapshots(cfg.snapshots, OmegaConf.to_container(OmegaConf.structured(cfg)), self.context,
+                      self.total_frames, self.env, self.agent, self.replay, self.result),
+            ProgressLog(cfg.logging, self.context, self.total_steps * self.env.action_repeat, self.env.action_repeat,
+                        self.agent, self.logger, self.result),
+            analyses,
             self.checkpoints,
         ]
 
@@ -105,14 +109,10 @@ class Trainer:
     def frames(self) -> int:
         return self.agent_steps * self.env.action_repeat
 
-    def elapsed(self) -> float:
-        """Wall time of the phase so far in seconds, resumed runs' earlier attempts included."""
-        return self._elapsed_before + time.time() - self._start
-
     def run(self) -> PhaseResult:
         """Train to the phase's frame budget (from a resumed checkpoint, if one was loaded). Ctrl-C stops it at
         the next episode end after a checkpoint there, a second Ctrl-C at once: `RunInterrupted`, saying where."""
-        self._start = time.time()
+        self.context.start_clock()
         self._notify("on_phase_start", self.frames)
         try:
             with stop_request() as stop:
@@ -124,13 +124,11 @@ class Trainer:
         finally:
             self._notify("close")
             self.env_thread.close()
-            # they hold this Trainer's methods: without the cycle it is freed when dropped
-            self.callbacks, self.checkpoints = [], None
         self.logger.close()
         self.result.frames = self.frames
-        self.result.wall_time_s = self.elapsed()
+        self.result.wall_time_s = self.context.elapsed()
         self.result.save()
-        if not self.cfg.keep_checkpoints:
+        if not self.cfg.checkpoints.keep_completed:
             drop_checkpoints(self.checkpoint_dir)
         if stop.requested:  # Ctrl-C after the last episode end: the phase is complete, the run stops here
             raise RunInterrupted(f"interrupted at the end of {self.phase} on {self.task}, which is complete; rerun "
@@ -142,11 +140,11 @@ class Trainer:
         time_step = self._begin_episode()
         while self.agent_steps < self.total_steps:
             self._notify("before_step", self.frames)
-            seeding = self.agent_steps < self.cfg.seed_transitions
+            seeding = self.agent_steps < self.cfg.training.seed_transitions
             action = self._act(time_step, seeding)
             stepping = self.env_thread.step(action)  # the update never reads this transition: may overlap
-            if not seeding and len(self.replay) > 0 and self.agent_steps % self.cfg.update_every_steps == 0:
-                for _ in range(self.cfg.updates_per_step):
+            if not seeding and len(self.replay) > 0 and self.agent_steps % self.cfg.training.update_every_steps == 0:
+                for _ in range(self.cfg.training.updates_per_step):
                     self._update()
             time_step = self._observed(stepping.result())
             self.replay.add(time_step.frame, action, time_step.reward, time_step.discount,
@@ -155,14 +153,14 @@ class Trainer:
             self._notify("on_time_step", time_step)
             if time_step.last:
                 self.result.episodes += 1
-                self.check_finite()  # before the episode's row, analyses and checkpoint
+                self.context.check_finite(self.frames)  # before the episode's row, analyses and checkpoint
                 self._notify("on_episode_end", self.frames)
                 if stop.requested:
                     if self._newest_checkpoint_frames() != self.frames:
                         self.checkpoints.save(self.frames)
                     raise RunInterrupted(self._interrupted())
                 time_step = self._begin_episode()
-        self.check_finite()
+        self.context.check_finite(self.frames)
         self._notify("on_phase_end", self.frames)
 
     def _newest_checkpoint_frames(self) -> int | None:
@@ -184,16 +182,16 @@ class Trainer:
             return self._rng.uniform(-1.0, 1.0, size=self.env.action_shape).astype(np.float32)
         action = self.agent.act(time_step.obs, sample=True)
         if not np.isfinite(action).all():  # the action is on the host already: checking it costs nothing
-            self.check_finite()
+            self.context.check_finite(self.frames)
             raise TrainingDiverged(f"{self.phase} stopped at frame {self.frames}: the policy's action is not finite "
-                                   f"({action}); {self._last_checkpoint()}")
+                                   f"({action}); {self.context.last_checkpoint()}")
         return action
 
     def _observed(self, time_step: TimeStep) -> TimeStep:
         """`time_step`, or `TrainingDiverged` if the environment returned a non-finite observation (states)."""
         if time_step.frame.dtype.kind == "f" and not np.isfinite(time_step.frame).all():
             raise TrainingDiverged(f"{self.phase} stopped at frame {self.frames}: the environment returned a "
-                                   f"non-finite observation ({time_step.frame}); {self._last_checkpoint()}")
+                                   f"non-finite observation ({time_step.frame}); {self.context.last_checkpoint()}")
         return time_step
 
     def _update(self) -> None:
@@ -202,7 +200,7 @@ class Trainer:
             batch = self.replay.sample(self.cfg.agent.batch_size, self.device)
         else:
             batch = mixed_batch(self.replay, self.pretrain_data, self.cfg.agent.batch_size,
-                                self.cfg.pretrain_data_share, self.device)
+                                self.cfg.replay.pretrain_data_share, self.device)
         metrics = self.agent.update(batch, self.updates)
         self.logger.accumulate(metrics)
         self.updates += 1
@@ -222,25 +220,13 @@ class Trainer:
         for callback in self.callbacks:
             getattr(callback, hook)(*args)
 
-    def check_finite(self) -> None:
-        """`TrainingDiverged` if an update metric since the last check is NaN or infinite. Run at every episode
-        end and before an evaluation or a snapshot: the one read-back of the metrics there is their only one."""
-        bad = self.logger.flush()
-        if bad:
-            raise TrainingDiverged(f"{self.phase} stopped at frame {self.frames}: non-finite "
-                                   f"{', '.join(sorted(bad))} in the updates since the last check "
-                                   f"({', '.join(f'{k}={bad[k]}' for k in sorted(bad))}); {self._last_checkpoint()}")
-
-    def _last_checkpoint(self) -> str:
-        checkpoints = list_checkpoints(self.checkpoint_dir)
-        return f"the last good checkpoint is {checkpoints[-1]}" if checkpoints else "no checkpoint was written"
-
     # -- checkpoints -------------------------------------------------------------------------------------
     def state_dict(self) -> dict:
         """Everything needed to continue this phase exactly: taken at an episode end, before the reset."""
         state = {"phase": self.phase, "task": self.task, "seed": self.cfg.seed,
                  "agent_steps": self.agent_steps, "updates": self.updates, **self.result.state_dict(),
-                 "elapsed_s": self.elapsed(), "agent": self.agent.state_dict(), "replay": self.replay.state_dict(),
+                 "elapsed_s": self.context.elapsed(), "agent": self.agent.state_dict(),
+                 "replay": self.replay.state_dict(),
                  "logger": self.logger.state_dict(self.frames),
                  "rng": capture_rngs(self._rng, self.env, self.eval_env)}
         if self.pretrain_data is not None:
@@ -259,7 +245,7 @@ class Trainer:
             callback.load_state_dict(state)
         self.agent_steps, self.updates = int(state["agent_steps"]), int(state["updates"])
         self.result.load_state_dict(state)
-        self._elapsed_before = float(state["elapsed_s"])
+        self.context.elapsed_before = float(state["elapsed_s"])
         self.agent.load_state_dict(state["agent"])
         self.replay.load_state_dict(state["replay"])
         if self.pretrain_data is not None:

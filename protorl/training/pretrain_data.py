@@ -1,10 +1,10 @@
 """Fine-tuning on the pre-training's data, a departure from the paper (docs/finetuning.md).
 
-A snapshot written with `snapshot_replay=true` holds the pre-training's replay buffer and each frame's physical
+A snapshot written with `snapshots.with_replay=true` holds the pre-training's replay buffer and each frame's physical
 state. Downstream, its rewards are relabelled with the task's: a transition that ended in physical state s after
 action a is worth `action_repeat * reward(s, a)`, the task's reward of one control step ending in s, repeated for
 the agent step's `action_repeat` control steps (whose intermediate states the replay does not keep). Every update
-then draws `pretrain_data_share` of its batch from that buffer and the rest from the fine-tuning's own replay.
+then draws `replay.pretrain_data_share` of its batch from that buffer and the rest from the fine-tuning's own replay.
 """
 
 from __future__ import annotations

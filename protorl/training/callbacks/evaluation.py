@@ -2,31 +2,30 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
 
 from protorl.agents import Agent
-from protorl.config import Config
+from protorl.config import EvaluationConfig
 from protorl.envs import Env
 from protorl.logs.logger import Logger
 from protorl.training.callbacks import Callback, Every
+from protorl.training.context import PhaseContext
 from protorl.training.result import PhaseResult
 
 
 class Evaluation(Callback):
-    """Every `eval_every_frames` and at the end of a phase that evaluates: `eval_episodes` episodes, their mean
-    return to eval.csv and the result, the first one's video (`save_video`) to videos/."""
+    """Every `evaluation.every_frames` and at the end of a phase that evaluates: `evaluation.episodes` episodes,
+    their mean return to eval.csv and the result, the first one's video (`evaluation.save_video`) to videos/."""
 
-    def __init__(self, cfg: Config, env: Env, agent: Agent, logger: Logger, result: PhaseResult,
-                 elapsed: Callable[[], float], check_finite: Callable[[], None]):
-        """`elapsed`: the phase's wall time so far, in seconds; `check_finite`: raises if the updates since its last
-        call diverged, run before each evaluation."""
-        self.cfg, self.env, self.agent, self.check_finite = cfg, env, agent, check_finite
-        self.logger, self.result, self.elapsed = logger, result, elapsed
-        self.evaluates = cfg.eval_episodes > 0 and (result.phase == "finetune" or cfg.eval_during_pretrain)
-        self.schedule = Every(cfg.eval_every_frames, first=0)
+    def __init__(self, cfg: EvaluationConfig, context: PhaseContext, env: Env, agent: Agent, logger: Logger,
+                 result: PhaseResult):
+        """`env`: the evaluation's own environment."""
+        self.cfg, self.context, self.env, self.agent = cfg, context, env, agent
+        self.logger, self.result = logger, result
+        self.evaluates = cfg.episodes > 0 and (result.phase == "finetune" or cfg.during_pretrain)
+        self.schedule = Every(cfg.every_frames, first=0)
 
     def before_step(self, frames: int) -> None:
         if self.evaluates and self.schedule.due(frames):
@@ -37,12 +36,12 @@ class Evaluation(Callback):
             self.evaluate(frames)
 
     def evaluate(self, frames: int) -> None:
-        """Run `eval_episodes` episodes with the policy's mean action; log their mean return."""
-        self.check_finite()
+        """Run `evaluation.episodes` episodes with the policy's mean action; log their mean return."""
+        self.context.check_finite(frames)
         rewards, successes = [], []
         video_frames: list[np.ndarray] = []
         record = self.cfg.save_video
-        for _ in range(self.cfg.eval_episodes):
+        for _ in range(self.cfg.episodes):
             time_step = self.env.reset()
             total, success = 0.0, False
             while True:
@@ -59,7 +58,7 @@ class Evaluation(Callback):
         mean = float(np.mean(rewards))
         self.logger.log_eval({"frames": frames, "agent_steps": frames // self.env.action_repeat,
                               "episode_reward": mean, "episode_reward_std": float(np.std(rewards)),
-                              "episodes": len(rewards), "total_time_s": self.elapsed(),
+                              "episodes": len(rewards), "total_time_s": self.context.elapsed(),
                               "success_rate": float(np.mean(successes))})
         self.result.eval_rewards.append((frames, mean))
         if video_frames:

@@ -2,7 +2,7 @@
 
 A training callback (`protorl.training.callbacks`): every time step's physical state is kept (a list append) and,
 at the episode's end, binned into a cumulative histogram of every state visited in the phase (unlike the
-ring buffer, it never forgets). Every `analysis_every_frames`, at the next episode end, and once at the
+ring buffer, it never forgets). Every `analyses.every_frames`, at the next episode end, and once at the
 end of the phase, one row goes to `analysis.csv` and TensorBoard:
 
 - `coverage/entropy`, `coverage/visited_fraction`: of the cumulative histogram;
@@ -30,7 +30,7 @@ import torch
 import torch.nn.functional as F
 
 from protorl.agents.capabilities import Prototypes
-from protorl.config import Config, downstream_tasks, runs_analyses
+from protorl.config import AnalysesConfig, EnvConfig
 from protorl.envs import Env, Simulated, TimeStep, make_env
 from protorl.errors import CheckpointError
 from protorl.exploration.coverage import coverage_entropy, coverage_spec, histogram, visited_fraction
@@ -59,16 +59,20 @@ COLUMNS = [
     "probe/encoder_r2", "probe/projection_r2", "analysis/time_s",
 ]
 # why a checkpoint is refused when it was written with analyses on or off and this run has them the other way
-OTHER_SETTINGS = ("checkpoint was written with analyses {}: resume with the run's own analysis_every_frames, or "
+OTHER_SETTINGS = ("checkpoint was written with analyses {}: resume with the run's own analyses.every_frames, or "
                   "start over with start_over=true")
 
 
 class AnalysisMonitor(Callback):
     """Coverage, maps and reward variance of one pre-training phase, written into `out_dir`."""
 
-    def __init__(self, cfg: Config, env: Env, agent, replay: ReplayBuffer, logger: Logger, out_dir: Path):
-        self.cfg, self.agent, self.replay, self.logger = cfg, agent, replay, logger
-        self.schedule = Every(cfg.analysis_every_frames)
+    def __init__(self, cfg: AnalysesConfig, env_cfg: EnvConfig, seed: int, downstream_tasks: list[str],
+                 total_frames: int, env: Env, agent, replay: ReplayBuffer, logger: Logger, out_dir: Path):
+        """`env_cfg`, `seed`: how the training environment was made, for the probe's own frames; `downstream_tasks`:
+        the targets marked on the maps; `total_frames`: the phase's budget."""
+        self.cfg, self.env_cfg, self.seed, self.total_frames = cfg, env_cfg, seed, total_frames
+        self.agent, self.replay, self.logger = agent, replay, logger
+        self.schedule = Every(cfg.every_frames)
         self.last_frames = -1  # frames of the latest analysis
         self.env = env  # the training environment: its task and physics, read only
         self.spec = coverage_spec(env.domain, env.physics, cfg.coverage_bins) if isinstance(env, Simulated) else None
@@ -78,14 +82,14 @@ class AnalysisMonitor(Callback):
         self.map_dir = out_dir / "maps"
         draws_maps = self.spec is not None and env.domain in MAP_DOMAINS
         self.walls = wall_rectangles(env.physics) if draws_maps else None
-        self.landmarks = landmarks(env.domain, downstream_tasks(cfg)) if draws_maps else None
+        self.landmarks = landmarks(env.domain, downstream_tasks) if draws_maps else None
         self.random_policy = None  # the coverage of a uniform-random policy over the same frames
         if self.spec is not None and cfg.random_reference:
-            self.random_policy = RandomPolicyCoverage(env.task, env.action_repeat, self.spec, cfg.seed)
+            self.random_policy = RandomPolicyCoverage(env.task, env.action_repeat, self.spec, seed)
         self.probe_frames: ProbeFrames | None = None  # the state probe's frames, collected at the first analysis
         self.probe_env = None  # renders the reward map's observations, apart from the training environment
         if draws_maps and isinstance(agent, Prototypes):
-            self.probe_env = make_env(env.task, cfg, seed=cfg.seed)
+            self.probe_env = make_env(env.task, env_cfg, seed=seed)
         self.csv = CSVFile(out_dir / "analysis.csv", COLUMNS)
 
     def on_time_step(self, time_step: TimeStep) -> None:
@@ -112,7 +116,7 @@ class AnalysisMonitor(Callback):
     def analyze(self, frames: int) -> dict[str, float]:
         """Compute, write and log one row of analyses at `frames`."""
         started = time.time()
-        rng = np.random.default_rng([self.cfg.seed, frames])
+        rng = np.random.default_rng([self.seed, frames])
         row: dict[str, float] = {"frames": frames}
         if self.spec is not None:
             replay_counts = histogram(self.replay.stored_physical_states(), self.spec)
@@ -145,10 +149,10 @@ class AnalysisMonitor(Callback):
     def _probe(self) -> dict[str, float]:
         """The state probe's mean R^2 of the online encoder (and the projections) on fixed uniform-random frames."""
         if self.probe_frames is None:
-            env, cfg = self.env, self.cfg
-            self.probe_frames = collect_frames(env.task, cfg.probe_samples, cfg.seed, obs=cfg.obs,
-                                               image_size=cfg.image_size, frame_stack=cfg.frame_stack,
-                                               action_repeat=cfg.action_repeat, camera_id=cfg.camera_id)
+            env_cfg = self.env_cfg
+            self.probe_frames = collect_frames(self.env.task, self.cfg.probe_samples, self.seed, obs=env_cfg.obs,
+                                               image_size=env_cfg.image_size, frame_stack=env_cfg.frame_stack,
+                                               action_repeat=env_cfg.action_repeat, camera_id=env_cfg.camera_id)
         obs, states = self.probe_frames.obs, self.probe_frames.states
         chunks = [torch.as_tensor(obs[i:i + 256], device=self.agent.device) for i in range(0, len(obs), 256)]
         row = {"probe/encoder_r2": float(np.nanmean(ridge_r2(
@@ -182,7 +186,7 @@ class AnalysisMonitor(Callback):
     def reset(self) -> None:
         """Drop the rows and maps an earlier attempt of this phase wrote without leaving a checkpoint."""
         self.csv.reset()
-        for path in map_paths(self.map_dir, self.cfg.pretrain_frames) if self.map_dir.is_dir() else []:
+        for path in map_paths(self.map_dir, self.total_frames) if self.map_dir.is_dir() else []:
             path.unlink()
 
     def state_dict(self) -> dict:
@@ -203,7 +207,7 @@ class AnalysisMonitor(Callback):
         if saved_shape != (None if self.counts is None else self.counts.shape):
             raise CheckpointError(f"checkpoint's coverage histogram has shape {saved_shape}, this run's "
                                   f"{None if self.counts is None else self.counts.shape}: resume with the run's "
-                                  "own coverage_bins, or start over with start_over=true")
+                                  "own analyses.coverage_bins, or start over with start_over=true")
         self.schedule.next, self.last_frames = int(state["next_frames"]), int(state["last_frames"])
         self.csv.truncate(state["csv"])
         if self.counts is not None:
@@ -221,9 +225,3 @@ class NoAnalyses(Callback):
     def load_state_dict(self, checkpoint: dict) -> None:
         if checkpoint["monitor"] is not None:
             raise CheckpointError(OTHER_SETTINGS.format("on"))
-
-
-def phase_analyses(cfg: Config, phase: str, env: Env, agent, replay: ReplayBuffer, logger: Logger,
-                   out_dir: Path) -> Callback:
-    """The analyses of `phase` as a training callback: `AnalysisMonitor` if it runs them, else `NoAnalyses`."""
-    return AnalysisMonitor(cfg, env, agent, replay, logger, out_dir) if runs_analyses(cfg, phase) else NoAnalyses()

@@ -5,36 +5,36 @@ from __future__ import annotations
 import logging
 import sys
 import time
-from collections.abc import Callable
 
 from tqdm import tqdm
 
 from protorl.agents import Agent
-from protorl.config import Config
+from protorl.config import LoggingConfig
 from protorl.envs import TimeStep
 from protorl.logs.logger import Logger
 from protorl.training.callbacks import Callback, Every
+from protorl.training.context import PhaseContext
 from protorl.training.result import PhaseResult
 
 log = logging.getLogger("protorl")
 
 
 class ProgressLog(Callback):
-    """Every `log_every_episodes` episodes a train.csv row (the episode's return and length, frames per second,
+    """Every `logging.every_episodes` episodes a train.csv row (the episode's return and length, frames per second,
     the update metrics averaged since the last row); a warning the first time a row shows a collapsed
-    representation; the progress bar (`progress_bar`)."""
+    representation; the progress bar (`logging.progress_bar`)."""
 
-    def __init__(self, cfg: Config, total_frames: int, action_repeat: int, agent: Agent, logger: Logger,
-                 result: PhaseResult, elapsed: Callable[[], float]):
-        """`total_frames`: where the loop ends; `elapsed`: the phase's wall time so far, in seconds."""
-        self.cfg, self.total_frames, self.action_repeat = cfg, total_frames, action_repeat
-        self.agent, self.logger, self.result, self.elapsed = agent, logger, result, elapsed
+    def __init__(self, cfg: LoggingConfig, context: PhaseContext, total_frames: int, action_repeat: int,
+                 agent: Agent, logger: Logger, result: PhaseResult):
+        """`total_frames`: where the loop ends."""
+        self.cfg, self.context, self.total_frames, self.action_repeat = cfg, context, total_frames, action_repeat
+        self.agent, self.logger, self.result = agent, logger, result
         self.bar: tqdm | None = None  # shown from the phase's start
         self.episode_reward, self.episode_steps = 0.0, 0  # of the episode under way
         self.episode_success = False  # whether a step of the episode under way had a positive reward
         self.collapse_warned = False
         self._last_log_time, self._last_log_frames = time.time(), 0
-        self.rows = Every(cfg.log_every_episodes)  # counted in episodes
+        self.rows = Every(cfg.every_episodes)  # counted in episodes
 
     def on_phase_start(self, frames: int) -> None:
         self._last_log_time, self._last_log_frames = time.time(), frames
@@ -61,7 +61,7 @@ class ProgressLog(Callback):
                 "frames": frames, "agent_steps": frames // self.action_repeat, "episode": self.result.episodes,
                 "episode_reward": self.episode_reward,
                 "episode_length_frames": self.episode_steps * self.action_repeat,
-                "fps": fps, "total_time_s": self.elapsed(), "episode_success": float(self.episode_success)})
+                "fps": fps, "total_time_s": self.context.elapsed(), "episode_success": float(self.episode_success)})
             self._last_log_time, self._last_log_frames = now, frames
             self._warn_if_collapsed(row)
         self.bar.set_postfix(episode_reward=f"{self.episode_reward:.1f}", fps=f"{fps:.0f}")

@@ -1,31 +1,28 @@
-"""Pre-training snapshots on a schedule: at each of `snapshot_at_frames` and at the end of the phase."""
+"""Pre-training snapshots on a schedule: at each of `snapshots.at_frames` and at the end of the phase."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
-
-from omegaconf import OmegaConf
-
 from protorl.agents import Agent
-from protorl.config import Config
+from protorl.config import SnapshotsConfig
 from protorl.envs import Env
 from protorl.replay import ReplayBuffer
 from protorl.storage.snapshots import save_snapshot
 from protorl.training.callbacks import Callback
+from protorl.training.context import PhaseContext
 from protorl.training.result import PhaseResult
 
 
 class Snapshots(Callback):
     """Writes the agent's representation to snapshots/snapshot_<frames>.pt (pre-training only), with the replay
-    buffer if `snapshot_replay`, and lists it in the result."""
+    buffer if `snapshots.with_replay`, and lists it in the result."""
 
-    def __init__(self, cfg: Config, total_frames: int, env: Env, agent: Agent, replay: ReplayBuffer,
-                 result: PhaseResult, check_finite: Callable[[], None]):
-        """`check_finite`: raises if the updates since its last call diverged; run before each snapshot."""
-        self.cfg, self.env, self.agent, self.replay, self.result = cfg, env, agent, replay, result
-        self.check_finite = check_finite
+    def __init__(self, cfg: SnapshotsConfig, run_config: dict, context: PhaseContext, total_frames: int, env: Env,
+                 agent: Agent, replay: ReplayBuffer, result: PhaseResult):
+        """`run_config`: the run's whole config as plain data, recorded in each snapshot."""
+        self.cfg, self.run_config, self.context = cfg, run_config, context
+        self.env, self.agent, self.replay, self.result = env, agent, replay, result
         self.takes_snapshots = result.phase == "pretrain"
-        self.pending_frames = sorted(f for f in cfg.snapshot_at_frames if f < total_frames)
+        self.pending_frames = sorted(f for f in cfg.at_frames if f < total_frames)
 
     def before_step(self, frames: int) -> None:
         if self.takes_snapshots and self.pending_frames and frames >= self.pending_frames[0]:
@@ -37,11 +34,10 @@ class Snapshots(Callback):
             self.save(frames)
 
     def save(self, frames: int) -> None:
-        self.check_finite()
+        self.context.check_finite(frames)
         path = save_snapshot(self.result.out_dir / "snapshots" / f"snapshot_{frames}.pt",
-                             self.agent.snapshot_state(), self.env.spec(),
-                             OmegaConf.to_container(OmegaConf.structured(self.cfg)), frames,
-                             replay=self.replay.state_dict() if self.cfg.snapshot_replay else None)
+                             self.agent.snapshot_state(), self.env.spec(), self.run_config, frames,
+                             replay=self.replay.state_dict() if self.cfg.with_replay else None)
         self.result.snapshots.append(path)
 
     def state_dict(self) -> dict:
