@@ -70,7 +70,7 @@ TIMED = [
     ("protorl.training.callbacks.evaluation", "Evaluation", "on_phase_end", "evaluation"),
     ("protorl.training.callbacks.progress", "ProgressLog", "on_time_step", "logging"),
     ("protorl.training.callbacks.progress", "ProgressLog", "on_episode_end", "logging"),
-    ("protorl.training.loop", "Trainer", "check_finite", "logging"),
+    ("protorl.training.context", "PhaseContext", "check_finite", "logging"),
 ]
 OPAQUE = {"analyses", "checkpoints", "snapshots", "evaluation", "logging"}
 COMPONENTS = ["render", "physics", "acting", "replay sampling", "update", "replay add", "analyses", "checkpoints",
