@@ -56,31 +56,20 @@ def slope_per_100(xs: list[float], ys: list[float]) -> float:
 
 def build_config(args: argparse.Namespace, run_dir: Path):
     from protorl.agents.proto.agent import ProtoConfig
-    from protorl.config import (
-        CheckpointsConfig,
-        Config,
-        EnvConfig,
-        EvaluationConfig,
-        LoggingConfig,
-        ReplayConfig,
-        RuntimeConfig,
-        SnapshotsConfig,
-        TrainingConfig,
-    )
+    from protorl.app.commands import configured
 
     steps_per_episode = -(-EPISODE_FRAMES // args.action_repeat)
     checkpoint_every = args.checkpoint_every_episodes * EPISODE_FRAMES if args.checkpoint_every_episodes else None
-    return Config(
-        task=args.env, seed=args.seed,
-        env=EnvConfig(obs=args.obs, image_size=32, action_repeat=args.action_repeat),
-        pretrain_frames=args.episodes * steps_per_episode * args.action_repeat,
-        training=TrainingConfig(seed_transitions=50), replay=ReplayConfig(capacity=args.replay_capacity),
-        evaluation=EvaluationConfig(every_frames=10**9, episodes=1), snapshots=SnapshotsConfig(at_frames=[]),
-        checkpoints=CheckpointsConfig(every_frames=checkpoint_every),
-        logging=LoggingConfig(every_episodes=1, tensorboard=False, progress_bar=False),
-        runtime=RuntimeConfig(device="cpu", threads=args.threads), run_dir=str(run_dir),
-        agent=ProtoConfig(batch_size=16, hidden_dim=64, num_prototypes=32),
-    )
+    return configured(None, {
+        "task": args.env, "seed": args.seed, "pretrain_frames": args.episodes * steps_per_episode * args.action_repeat,
+        "env": {"obs": args.obs, "image_size": 32, "action_repeat": args.action_repeat},
+        "training": {"seed_transitions": 50}, "replay": {"capacity": args.replay_capacity},
+        "evaluation": {"every_frames": 10**9, "episodes": 1}, "snapshots": {"at_frames": []},
+        "checkpoints": {"every_frames": checkpoint_every},
+        "logging": {"every_episodes": 1, "tensorboard": False, "progress_bar": False},
+        "runtime": {"device": "cpu", "threads": args.threads}, "run_dir": str(run_dir),
+        "agent": ProtoConfig(batch_size=16, hidden_dim=64, num_prototypes=32),
+    })
 
 
 def main() -> None:

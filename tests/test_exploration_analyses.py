@@ -80,27 +80,15 @@ def test_downstream_seed_transitions_come_from_the_pretrained_actor(tmp_path):
     import torch
 
     from protorl.agents import make_agent
-    from protorl.config import (
-        AnalysesConfig,
-        CheckpointsConfig,
-        Config,
-        EnvConfig,
-        EvaluationConfig,
-        LoggingConfig,
-        ReplayConfig,
-        SnapshotsConfig,
-        TrainingConfig,
-    )
     from protorl.training import Trainer
-    from tests.agents import tiny_config
+    from tests.agents import config_of, tiny_config
 
-    cfg = Config(task="point_mass_maze_reach_top_left", finetune_frames=800,
-                 env=EnvConfig(obs="states", action_repeat=8), training=TrainingConfig(seed_transitions=100),
-                 replay=ReplayConfig(capacity=500),
-                 snapshots=SnapshotsConfig(at_frames=[]), checkpoints=CheckpointsConfig(every_frames=None),
-                 evaluation=EvaluationConfig(episodes=0), analyses=AnalysesConfig(every_frames=None),
-                 logging=LoggingConfig(tensorboard=False, progress_bar=False), run_dir=str(tmp_path),
-                 agent=tiny_config("proto"))
+    cfg = config_of({"task": "point_mass_maze_reach_top_left", "finetune_frames": 800, "run_dir": str(tmp_path),
+                     "env": {"obs": "states", "action_repeat": 8}, "training": {"seed_transitions": 100},
+                     "replay": {"capacity": 500}, "snapshots": {"at_frames": []},
+                     "checkpoints": {"every_frames": None}, "evaluation": {"episodes": 0},
+                     "analyses": {"every_frames": None}, "logging": {"tensorboard": False, "progress_bar": False}},
+                    agent=tiny_config("proto"))
     explorer = make_agent(cfg.agent, "states", (4,), (2,), torch.device("cpu"), "pretrain")
     with torch.no_grad():  # mean tanh(3) ~ +0.995 on both actions, std e^-10
         last = explorer.sac.actor.policy[-1]

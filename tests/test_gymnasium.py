@@ -62,28 +62,16 @@ def test_same_frames_stack_action_repeat_and_time_limit_as_protorls_env():
 def test_pretrain_and_finetune_on_a_gymnasium_environment(obs, tmp_path):
     """task=gym:<id>: a tiny Proto-RL pre-training and fine-tuning from its snapshot, through the real command."""
     import protorl
-    from protorl.config import (
-        AnalysesConfig,
-        Config,
-        EnvConfig,
-        EvaluationConfig,
-        LoggingConfig,
-        ReplayConfig,
-        RuntimeConfig,
-        SnapshotsConfig,
-        TrainingConfig,
-    )
     from tests.agents import tiny_config
 
     run_dir = tmp_path / "run"
-    config = Config(task="gym:InvertedPendulum-v5", env=EnvConfig(obs=obs, image_size=32, action_repeat=4),
-                    training=TrainingConfig(seed_transitions=20), replay=ReplayConfig(capacity=1000),
-                    evaluation=EvaluationConfig(episodes=1, every_frames=400),
-                    analyses=AnalysesConfig(every_frames=400), snapshots=SnapshotsConfig(at_frames=[]),
-                    logging=LoggingConfig(progress_bar=False, tensorboard=False), runtime=RuntimeConfig(threads=1),
-                    pretrain_frames=400, finetune_frames=400,
-                    agent=tiny_config("proto", anti_collapse="center", reward_space="raw"), run_dir=str(run_dir))
-    pretrain, finetune = protorl.train(config)
+    pretrain, finetune = protorl.train(
+        task="gym:InvertedPendulum-v5", env={"obs": obs, "image_size": 32, "action_repeat": 4},
+        training={"seed_transitions": 20}, replay={"capacity": 1000}, evaluation={"episodes": 1, "every_frames": 400},
+        analyses={"every_frames": 400}, snapshots={"at_frames": []},
+        logging={"progress_bar": False, "tensorboard": False}, runtime={"threads": 1},
+        pretrain_frames=400, finetune_frames=400,
+        agent=tiny_config("proto", anti_collapse="center", reward_space="raw"), run_dir=str(run_dir))
     assert (pretrain.frames, finetune.frames) == (400, 400) and pretrain.episodes > 0
     assert pretrain.snapshots and pretrain.snapshots[-1].is_file()
     from tests.runs import read_rows
