@@ -60,9 +60,6 @@ def _checked(cfg: DictConfig, command: str, overrides: Sequence[str],
     from protorl.app.commands import check
 
     unknown = _unknown_keys(cfg, Config)
-    renamed = [key for key in unknown if key in RENAMED]
-    if renamed:  # e.g. a key of the flat config in a user's own YAML file
-        raise ConfigError(renamed_message(renamed[0]))
     if unknown:  # Hydra adds keys given with `+`; the typed config would drop them silently
         raise ConfigError(f"unknown config key {', '.join(unknown)}: not a protorl setting (protorl/config.py)")
     config: Config = OmegaConf.to_object(OmegaConf.merge(OmegaConf.structured(Config), cfg))

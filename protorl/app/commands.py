@@ -63,9 +63,9 @@ def configured(config: Config | None, fields: dict) -> Config:
         raise ConfigError(f"config={config!r}: expected a protorl.config.Config, or none with the settings as "
                           "keywords (e.g. task=..., run_dir=...)")
     config = config or Config()
-    renamed = [key for key in fields if key in RENAMED and not (key == "env" and not isinstance(fields[key], str))]
-    if renamed:
-        raise ConfigError(renamed_message(renamed[0]))
+    for key, value in fields.items():  # `env` is a group now; the flat config's `env` was the task, a string
+        if key in RENAMED and (key != "env" or isinstance(value, str)):
+            raise ConfigError(renamed_message(key))
     unknown = sorted(set(fields) - {f.name for f in dataclasses.fields(Config)})
     if unknown:
         raise ConfigError(f"unknown config key {', '.join(unknown)}: not a protorl setting (protorl/config.py)")

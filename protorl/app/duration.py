@@ -111,8 +111,8 @@ def check_duration(cfg: Config, command: str, snapshot_given: bool = False,
                    estimate: RunDuration | None = None) -> RunDuration | None:
     """Raise `ConfigError` if the run's estimate (`estimate`, or `estimate_duration`'s) exceeds `runtime.max_hours`,
     naming what to run instead; the estimate (logged when made here) otherwise, or None where the run is not timed."""
-    known = estimate
-    estimate = known or estimate_duration(cfg, command, snapshot_given)
+    made_here = estimate is None
+    estimate = estimate or estimate_duration(cfg, command, snapshot_given)
     if estimate is None:
         return None
     if cfg.runtime.max_hours is not None and estimate.seconds > cfg.runtime.max_hours * HOUR_S:
@@ -120,7 +120,7 @@ def check_duration(cfg: Config, command: str, snapshot_given: bool = False,
                           f"{cfg.runtime.max_hours:g}: for a run that ends in minutes run protorl-train (the main job) "
                           "or add preset=small; on a GPU the paper's settings take hours; to start this run anyway, "
                           "add runtime.max_hours=null")
-    if known is None:
+    if made_here:
         log.info("estimated wall time: %s", estimate.describe())
     return estimate
 
