@@ -218,6 +218,6 @@ def test_every_experiment_preset_composes_to_a_valid_sweep(name):
                 assert config.pretrain_frames == 0 and set(config.finetune_tasks) <= set(walker_tasks)
                 assert sorted(params["finetune_tasks"].split(",")) == sorted(f"[{task}]" for task in walker_tasks)
             else:
-                assert list(config.finetune_tasks) == walker_tasks and config.pretrain_frames in (0, 100_000)
+                assert list(config.finetune_tasks) == walker_tasks and config.pretrain_frames in (0, 100_000, 2_000_000)
         else:
             assert config.agent.batch_size == 512 and config.finetune_frames == 500_000
