@@ -261,6 +261,10 @@ class RuntimeConfig:
     # step the training environment on a thread of its own while the agent updates: the same results. Off by
     # default: on a 2-core CPU its thread slows torch's down (docs/benchmarks/index.md); not yet measured on a GPU
     overlap_env_step: bool = False
+    # compile each agent update whole (torch.compile, one graph per combination of its parts; on CUDA replayed as
+    # a CUDA graph): the same algorithm and random draws, other float rounding (protorl/agents/compiled.py).
+    # Off by default until measured to pay back its compile time (docs/benchmarks/index.md)
+    compile_update: bool = False
     # refuse a run whose wall time, estimated on this machine before it starts (protorl/app/duration.py), exceeds
     # this many hours; null: no limit
     max_hours: float | None = 24.0

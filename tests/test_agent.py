@@ -173,10 +173,10 @@ def test_sac_update_rejects_features_that_require_grad(build_agent, replay):
     reward = torch.zeros(agent.cfg.batch_size, 1)
     critic = clone_params(agent.sac.critic)
     with pytest.raises(ValueError, match="detached"):
-        agent.sac.update(features, batch.action, reward, batch.discount, next_features, step=0)
+        agent.sac.update(features, batch.action, reward, batch.discount, next_features, agent.steps(0))
     with pytest.raises(ValueError, match="detached"):
         agent.sac.update(features.detach(), batch.action, reward, batch.discount,
-                         next_features.clone().requires_grad_(True), step=0)
+                         next_features.clone().requires_grad_(True), agent.steps(0))
     assert_all_equal(critic, clone_params(agent.sac.critic))  # refused before any change
     assert all(p.grad is None for p in agent.encoder.parameters())
 
@@ -184,7 +184,7 @@ def test_sac_update_rejects_features_that_require_grad(build_agent, replay):
 def test_representation_loss_gradients_reach_representation_only(build_agent, replay):
     agent = build_agent("pretrain", seed=0)
     _, _, next_obs, features, _ = sample_features(agent, replay)
-    loss, _ = agent.representation_loss(features, next_obs)
+    loss = agent.representation_loss(features, next_obs)[0]
     assert loss.ndim == 0 and torch.isfinite(loss) and loss.item() > 0
     loss.backward()
     for name, module in representation_modules(agent).items():
@@ -358,7 +358,9 @@ def test_finetune_starts_from_pretrained_actor_with_fresh_critic_and_temperature
     assert torch.equal(agent.queue.items, pretrained.queue.items)
     assert (agent.queue.size, agent.queue.pointer) == (pretrained.queue.size, pretrained.queue.pointer)
     # optimiser state is fresh too
-    assert not agent.sac.actor_optimizer.state and not agent.sac.critic_optimizer.state
+    for optimizer in (agent.sac.actor_optimizer, agent.sac.critic_optimizer):
+        assert all(float(state["step"]) == 0 and not state["exp_avg"].any() and not state["exp_avg_sq"].any()
+                   for state in optimizer.optimizer.state.values())
 
 
 def test_finetune_refreshes_queue(finetuned, replay, tiny_cfg):
@@ -399,7 +401,8 @@ def test_finetune_reward_is_extrinsic_plus_scaled_intrinsic(build_agent, make_cf
             features, next_features = twin.encoder(obs), twin.encoder(next_obs)
             intr = twin.enqueue_and_score(twin.head.projector(next_features))
         reward = extr_coef * batch.reward + coef * intr
-        return batch, intr, twin.sac.update(features, batch.action, reward, batch.discount, next_features, 1)
+        metrics = twin.sac.update(features, batch.action, reward, batch.discount, next_features, twin.steps(1))
+        return batch, intr, metrics
 
     batch, intr, expected = by_hand(twins[0], twin_replays[0], 1.0, intr_coef)
     assert batch.reward.mean().item() > 0.1 and intr.mean().item() > 0.01  # both terms are non-trivial

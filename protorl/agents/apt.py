@@ -19,7 +19,8 @@ from protorl.agents.base import Agent, Metrics, reward_metrics
 from protorl.agents.diagnostics import PROJECTION_METRICS, projection_diagnostics
 from protorl.agents.knn import nearest_distances
 from protorl.agents.networks import orthogonal_init
-from protorl.agents.optim import make_adam, optimizer_step
+from protorl.agents.optim import Adam, gradient_step
+from protorl.agents.sac import UpdateSteps
 from protorl.config import AgentConfig, invalid, positive
 from protorl.replay import Batch
 
@@ -74,32 +75,34 @@ class APTAgent(Agent):
         self.projector = nn.Sequential(nn.Linear(self.encoder.repr_dim, cfg.proj_dim), nn.ReLU(),
                                        nn.Linear(cfg.proj_dim, cfg.proj_dim)).to(self.device)
         self.projector.apply(orthogonal_init)
-        self.repr_optimizer = make_adam([*self.encoder.parameters(), *self.projector.parameters()], cfg.lr)
+        self.repr_optimizer = Adam({"encoder": self.encoder, "projector": self.projector}, cfg.lr)
 
     def representation_modules(self) -> dict[str, nn.Module]:
         return {"encoder": self.encoder, "projector": self.projector}
 
-    def representation_optimizers(self) -> dict[str, torch.optim.Optimizer]:
+    def representation_optimizers(self) -> dict[str, Adam]:
         return {"repr": self.repr_optimizer}
 
     def project(self, features: torch.Tensor) -> torch.Tensor:
         """(B, repr) -> L2-normalised projections (B, D): the space of the contrastive loss and the reward."""
         return F.normalize(self.projector(features), dim=1)
 
-    def update_pretrain(self, batch: Batch, step: int) -> Metrics:
+    def update_pretrain(self, batch: Batch, steps: UpdateSteps) -> Metrics:
         """Two views of x_t for the contrastive loss, one of x_{t+1} for the reward."""
         view, other_view = self.augment(batch.obs), self.augment(batch.obs)
         next_obs = self.augment(batch.next_obs)
-        with torch.no_grad():
-            next_features = self.encoder(next_obs)  # (B, R)
-            next_raw = self.projector(next_features)  # (B, D), before L2 normalisation
-            intr_reward = particle_entropy_reward(F.normalize(next_raw, dim=1), self.cfg.knn_k)  # (B, 1)
-        features, other_features = self.encoder(torch.cat([view, other_view])).chunk(2)  # (B, R) each
-        contrastive_loss = nt_xent_loss(self.project(features), self.project(other_features),
-                                        self.cfg.contrastive_temperature)
-        optimizer_step(contrastive_loss, self.repr_optimizer)
+        next_features = self.encoder(next_obs)  # (B, R)
+        next_raw = self.projector(next_features)  # (B, D), before L2 normalisation
+        intr_reward = particle_entropy_reward(F.normalize(next_raw, dim=1), self.cfg.knn_k)  # (B, 1)
+        contrastive_loss, features = gradient_step(self.contrastive_loss, (view, other_view), self.repr_optimizer)
 
-        metrics = self.sac.update(features.detach(), batch.action, intr_reward, batch.discount, next_features, step)
-        metrics.update(repr_loss=contrastive_loss.detach(), **reward_metrics("intr_reward", intr_reward),
+        metrics = self.sac.update(features, batch.action, intr_reward, batch.discount, next_features, steps)
+        metrics.update(repr_loss=contrastive_loss, **reward_metrics("intr_reward", intr_reward),
                        **projection_diagnostics(next_raw))
         return metrics
+
+    def contrastive_loss(self, view: torch.Tensor, other_view: torch.Tensor):
+        """SimCLR's loss between two views of x_t, for `gradient_step`; with it, the first view's features (B, R)."""
+        features, other_features = self.encoder(torch.cat([view, other_view])).chunk(2)  # (B, R) each
+        loss = nt_xent_loss(self.project(features), self.project(other_features), self.cfg.contrastive_temperature)
+        return loss, features

@@ -1,6 +1,7 @@
 """What every agent shares: an encoder, the SAC core, acting, augmentation, the update of its mode and persistence.
 
-An agent is built for one mode, and `update(batch, step)` is that mode's update, chosen once at construction:
+An agent is built for one mode, and `update(batch, step)` is that mode's update, chosen once at construction
+(what the update runs at this step, e.g. whether the actor steps, is decided first, on the host: `steps`):
 - "pretrain" (`update_pretrain`): task-agnostic. The representation learns by the agent's own rule; SAC learns
   from an intrinsic reward (the environment's reward is never read).
 - "frozen" (`update_frozen`): downstream from a snapshot (appendix C.4-C.6). The representation is frozen and
@@ -14,6 +15,7 @@ class, its metrics and the config keys that fix its snapshot's networks.
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 import numpy as np
@@ -21,14 +23,16 @@ import torch
 from torch import nn
 
 from protorl.agents.augment import random_shift
+from protorl.agents.compiled import CompiledUpdate
 from protorl.agents.diagnostics import collapse_message
 from protorl.agents.networks import PixelEncoder, make_encoder, micro_batch_for
-from protorl.agents.optim import make_adam
-from protorl.agents.sac import SAC, SAC_METRICS, Metrics
+from protorl.agents.optim import Adam
+from protorl.agents.sac import SAC, SAC_METRICS, Encoding, Metrics, UpdateSteps
 from protorl.config import AgentConfig
 from protorl.errors import SnapshotError
 from protorl.replay import Batch
 
+log = logging.getLogger("protorl")
 MODES = ("pretrain", "frozen", "online")
 
 
@@ -41,6 +45,7 @@ class Agent:
     metrics: tuple[str, ...] = ()  # train.csv columns of its updates beyond SAC's
     architecture_keys: tuple[str, ...] = ()  # its config keys that fix its snapshot's networks, beyond SAC's
     loads_pretrained_actor = False  # downstream starts from the exploration actor (Proto-RL, appendix C.6)
+    compiles = True  # whether `compile_update` compiles its updates (else they run eagerly, said in one line)
 
     def __init__(self, obs_type: str, obs_shape: tuple[int, ...], action_shape: tuple[int, ...],
                  cfg: AgentConfig, device: torch.device, mode: str = "pretrain"):
@@ -59,6 +64,7 @@ class Agent:
                 if isinstance(module, PixelEncoder):
                     module.compile()  # in place: state_dict keys (snapshots, checkpoints) unchanged
         self._update = getattr(self, f"update_{mode}")
+        self._compiled: CompiledUpdate | None = None
         if mode == "frozen":
             self.freeze_representation()
 
@@ -93,9 +99,18 @@ class Agent:
         """What else a snapshot carries (state_dict-able, not networks: a queue, running statistics)."""
         return {}
 
-    def representation_optimizers(self) -> dict[str, torch.optim.Optimizer]:
+    def representation_optimizers(self) -> dict[str, Adam]:
         """Optimisers of the representation; checkpoints carry them while it trains."""
         return {}
+
+    def steps(self, step: int) -> UpdateSteps:
+        """What update `step` (counting agent updates) runs: SAC's schedule, and the agent's own parts."""
+        return self.sac.steps(step)
+
+    def steady(self) -> bool:
+        """Whether the update's host-side state (sizes, counts) has stopped changing, so that a compiled update
+        runs one graph per `UpdateSteps` from here on. Updates before it run eagerly."""
+        return True
 
     # -- acting and learning -------------------------------------------------------------------------------
     @torch.no_grad()
@@ -104,10 +119,23 @@ class Agent:
         obs_t = torch.as_tensor(obs, device=self.device).unsqueeze(0)
         return self.sac.act(self.encoder(obs_t), sample)[0].cpu().numpy()
 
+    @torch.no_grad()
     def update(self, batch: Batch, step: int) -> Metrics:
         """One update of the agent's mode on a replay batch; `step` counts agent updates. The metrics stay on the
         device: reading them back waits for the update, so the trainer reads them once per logged row."""
-        return self._update(batch, step)
+        steps = self.steps(step)
+        if self._compiled is not None and self.steady():
+            return self._compiled(batch, steps)
+        return self._update(batch, steps)
+
+    def compile_update(self, cuda_graphs: bool = False) -> None:
+        """Run every update from the first steady one (`steady`) as one compiled graph per combination of
+        `UpdateSteps` (`protorl.agents.compiled`); with `cuda_graphs`, replayed as a CUDA graph."""
+        if not self.compiles:
+            log.warning("runtime.compile_update: agent %s runs its updates eagerly (compiling them is not "
+                        "supported yet)", self.name)
+            return
+        self._compiled = CompiledUpdate(self._update, f"{self.name} {self.mode}", cuda_graphs)
 
     def augment(self, obs: torch.Tensor) -> torch.Tensor:
         """Random shift of pixels (DrQ); states pass unchanged."""
@@ -119,11 +147,11 @@ class Agent:
         """The batch's observations x_t and x_{t+1}, each randomly shifted: (B, *obs_shape) each."""
         return self.augment(batch.obs), self.augment(batch.next_obs)
 
-    def update_frozen(self, batch: Batch, step: int) -> Metrics:
+    def update_frozen(self, batch: Batch, steps: UpdateSteps) -> Metrics:
         """Downstream on a frozen encoder: a SAC update on the task reward (baselines, appendix C.4)."""
         obs, next_obs = self.augmented(batch)
         features, next_features = frozen_features(self.encoder, obs, next_obs)
-        metrics = self.sac.update(features, batch.action, batch.reward, batch.discount, next_features, step)
+        metrics = self.sac.update(features, batch.action, batch.reward, batch.discount, next_features, steps)
         metrics["extr_reward_mean"] = batch.reward.mean()
         return metrics
 
@@ -189,9 +217,9 @@ class EncoderTrainedByCritic(Agent):
     """An agent whose encoder learns from the critic's loss (DrQ's rule), with an Adam of its own."""
 
     def build(self) -> None:
-        self.encoder_optimizer = make_adam(self.encoder.parameters(), self.cfg.lr)
+        self.encoder_optimizer = Adam({"encoder": self.encoder}, self.cfg.lr)
 
-    def representation_optimizers(self) -> dict[str, torch.optim.Optimizer]:
+    def representation_optimizers(self) -> dict[str, Adam]:
         return {"encoder": self.encoder_optimizer}
 
 
@@ -203,13 +231,11 @@ def frozen_features(encoder: nn.Module, obs: torch.Tensor, next_obs: torch.Tenso
 
 
 def critic_through_encoder(encoder: nn.Module, sac: SAC, obs: torch.Tensor, action: torch.Tensor,
-                           reward: torch.Tensor, discount: torch.Tensor, next_obs: torch.Tensor, step: int,
-                           encoder_optimizer: torch.optim.Optimizer) -> Metrics:
+                           reward: torch.Tensor, discount: torch.Tensor, next_obs: torch.Tensor, steps: UpdateSteps,
+                           encoder_optimizer: Adam) -> Metrics:
     """DrQ's rule: the critic loss also trains the encoder; targets and the actor use detached features."""
-    features = encoder(obs)  # (B, R), with gradient
-    with torch.no_grad():
-        next_features = encoder(next_obs)  # (B, R)
-    return sac.update(features, action, reward, discount, next_features, step, encoder_optimizer=encoder_optimizer)
+    next_features = encoder(next_obs)  # (B, R), without gradient
+    return sac.update(obs, action, reward, discount, next_features, steps, encoder=Encoding(encoder, encoder_optimizer))
 
 
 def reward_metrics(prefix: str, reward: torch.Tensor) -> Metrics:

@@ -18,7 +18,8 @@ from torch import nn
 from protorl.agents.base import EncoderTrainedByCritic, Metrics, critic_through_encoder, reward_metrics
 from protorl.agents.diagnostics import PROJECTION_METRICS, projection_diagnostics
 from protorl.agents.networks import mlp, orthogonal_init
-from protorl.agents.optim import make_adam, optimizer_step
+from protorl.agents.optim import Adam, gradient_step
+from protorl.agents.sac import UpdateSteps
 from protorl.config import AgentConfig, positive
 from protorl.replay import Batch
 
@@ -42,7 +43,7 @@ class RunningMeanStd:
     def __init__(self, device: torch.device | str = "cpu"):
         self.mean = torch.zeros((), dtype=torch.float64, device=device)
         self.var = torch.zeros((), dtype=torch.float64, device=device)
-        self.count = 0
+        self.count = torch.zeros((), dtype=torch.float64, device=device)  # an integer, counted on the device
 
     def update(self, values: torch.Tensor) -> None:
         values = values.detach().double().flatten()
@@ -50,19 +51,22 @@ class RunningMeanStd:
         batch_mean, batch_var = values.mean(), values.var(correction=0)
         total = self.count + n
         delta = batch_mean - self.mean
-        self.var = (self.var * self.count + batch_var * n + delta.square() * self.count * n / total) / total
-        self.mean = self.mean + delta * n / total
-        self.count = total
+        self.var.copy_((self.var * self.count + batch_var * n + delta.square() * self.count * n / total) / total)
+        self.mean.copy_(self.mean + delta * n / total)
+        self.count.copy_(total)
 
     @property
     def std(self) -> torch.Tensor:
         return self.var.sqrt()
 
     def state_dict(self) -> dict:
-        return {"mean": self.mean.clone(), "var": self.var.clone(), "count": self.count}
+        count = 0 if self.count.is_meta else int(self.count)  # the meta device (a memory estimate) holds no values
+        return {"mean": self.mean.clone(), "var": self.var.clone(), "count": count}
 
     def load_state_dict(self, state: dict) -> None:
-        self.mean, self.var, self.count = state["mean"].clone(), state["var"].clone(), int(state["count"])
+        self.mean.copy_(state["mean"])
+        self.var.copy_(state["var"])
+        self.count.fill_(int(state["count"]))
 
 
 def normalized_curiosity(error: torch.Tensor, stats: RunningMeanStd, eps: float = 1e-8) -> torch.Tensor:
@@ -102,12 +106,15 @@ class ICMAgent(EncoderTrainedByCritic):
     config_class = ICMConfig
     metrics = ("icm_forward_loss", "icm_inverse_loss", "intr_reward_mean", "intr_reward_std", *PROJECTION_METRICS)
     architecture_keys = ("proj_dim", "model_hidden_dim")
+    # compiled, its pre-training update gives another intrinsic reward than the eager one from the first update
+    # (the running statistics of the forward error): eager only until that is found
+    compiles = False
 
     def build(self) -> None:
         super().build()
         cfg, action_dim = self.cfg, self.action_shape[0]
         self.icm = ICM(self.encoder.repr_dim, action_dim, cfg.proj_dim, cfg.model_hidden_dim).to(self.device)
-        self.icm_optimizer = make_adam(self.icm.parameters(), cfg.lr)
+        self.icm_optimizer = Adam({"icm": self.icm}, cfg.lr)
         self.curiosity_stats = RunningMeanStd(self.device)
 
     def representation_modules(self) -> dict[str, nn.Module]:
@@ -116,20 +123,24 @@ class ICMAgent(EncoderTrainedByCritic):
     def representation_statistics(self) -> dict[str, Any]:
         return {"curiosity_stats": self.curiosity_stats}
 
-    def representation_optimizers(self) -> dict[str, torch.optim.Optimizer]:
+    def representation_optimizers(self) -> dict[str, Adam]:
         return {**super().representation_optimizers(), "icm": self.icm_optimizer}
 
-    def update_pretrain(self, batch: Batch, step: int) -> Metrics:
+    def update_pretrain(self, batch: Batch, steps: UpdateSteps) -> Metrics:
         obs, next_obs = self.augmented(batch)
-        features, next_features = self.encoder(torch.cat([obs, next_obs])).chunk(2)  # (B, R) each, with gradient
-        forward_error, inverse_error = self.icm.errors(features, batch.action, next_features)
-        optimizer_step(forward_error.mean() + inverse_error.mean(), self.encoder_optimizer, self.icm_optimizer)
-
-        with torch.no_grad():
-            intr_reward = normalized_curiosity(forward_error.detach(), self.curiosity_stats)  # (B, 1)
-            diagnostics = projection_diagnostics(self.icm.projection(next_features))  # of phi(x_{t+1}), (B, 50)
+        _, (forward_error, inverse_error, next_features) = gradient_step(
+            self.icm_loss, (obs, batch.action, next_obs), self.encoder_optimizer, self.icm_optimizer)
+        intr_reward = normalized_curiosity(forward_error, self.curiosity_stats)  # (B, 1)
+        diagnostics = projection_diagnostics(self.icm.projection(next_features))  # of phi(x_{t+1}), (B, 50)
         metrics = critic_through_encoder(self.encoder, self.sac, obs, batch.action, intr_reward, batch.discount,
-                                         next_obs, step, self.encoder_optimizer)
-        metrics.update(icm_forward_loss=forward_error.detach().mean(), icm_inverse_loss=inverse_error.detach().mean(),
+                                         next_obs, steps, self.encoder_optimizer)
+        metrics.update(icm_forward_loss=forward_error.mean(), icm_inverse_loss=inverse_error.mean(),
                        **reward_metrics("intr_reward", intr_reward), **diagnostics)
         return metrics
+
+    def icm_loss(self, obs: torch.Tensor, action: torch.Tensor, next_obs: torch.Tensor):
+        """The forward and inverse models' loss on x_t, a_t, x_{t+1}, for `gradient_step`; with it, the errors (B, 1)
+        each and the features of x_{t+1} (B, R), as before the step."""
+        features, next_features = self.encoder(torch.cat([obs, next_obs])).chunk(2)  # (B, R) each
+        forward_error, inverse_error = self.icm.errors(features, action, next_features)
+        return forward_error.mean() + inverse_error.mean(), (forward_error, inverse_error, next_features)

@@ -229,6 +229,9 @@ class _LiveBytes(TorchFunctionMode):
             leaves = _leaves_without_grad(args[0])
             pending = sum(leaf.untyped_storage().nbytes() for leaf in leaves)
             self.peak = max(self.peak, self.live + pending)
+        elif func is torch.autograd.grad:  # the gradients it returns, counted as it starts
+            inputs = args[1] if len(args) > 1 else kwargs["inputs"]
+            self.peak = max(self.peak, self.live + sum(t.untyped_storage().nbytes() for t in _tensors(inputs)))
         out = func(*args, **kwargs)
         for tensor in _tensors(out) + [leaf.grad for leaf in leaves if leaf.grad is not None]:
             self._add(tensor)

@@ -61,6 +61,8 @@ class Trainer:
             source = Path(pretrained.get("path", "<snapshot>"))
             check_architecture(source, pretrained["config"].get("agent", {}), cfg.agent)
             self.agent.load_pretrained(pretrained["agent"])
+        if cfg.runtime.compile_update:  # one compiled graph per update; on CUDA replayed as a CUDA graph
+            self.agent.compile_update(cuda_graphs=self.device.type == "cuda")
         # downstream from a snapshot, the pre-trained exploration actor collects the seed transitions (the paper's
         # code: its random steps are the run's first ones only); otherwise they are uniform-random actions
         self.seeds_with_actor = pretrained is not None and self.agent.loads_pretrained_actor

@@ -33,7 +33,7 @@ from protorl.agents.diagnostics import (
     sinkhorn_entropy,
 )
 from protorl.agents.networks import soft_update
-from protorl.agents.optim import make_adam, optimizer_step
+from protorl.agents.optim import Adam, gradient_step
 from protorl.agents.proto.math import (
     ANTI_COLLAPSE,
     REWARD_SPACES,
@@ -44,6 +44,7 @@ from protorl.agents.proto.math import (
     sample_candidates,
     sinkhorn,
 )
+from protorl.agents.sac import UpdateSteps
 from protorl.config import AgentConfig, in_unit_interval, invalid, positive
 from protorl.replay import Batch
 
@@ -125,16 +126,24 @@ class ProtoAgent(Agent):
         self.encoder_target = copy.deepcopy(self.encoder).requires_grad_(False)
         self.projector_target = copy.deepcopy(self.head.projector).requires_grad_(False).eval()  # batch stats only
         self.queue = CandidateQueue(cfg.num_prototypes * cfg.candidates_per_prototype, cfg.proj_dim, device)
-        self.repr_optimizer = make_adam([*self.encoder.parameters(), *self.head.parameters()], cfg.lr)
+        self.repr_optimizer = Adam({"encoder": self.encoder, "head": self.head}, cfg.lr)
 
     # -- learning -----------------------------------------------------------------------------------
-    def update_pretrain(self, batch: Batch, step: int) -> Metrics:
-        return self._update_with_ssl(batch, step, extr_reward=None)
+    def steps(self, step: int) -> UpdateSteps:
+        return self.sac.steps(step)._replace(ssl=step % self.cfg.ssl_update_every == 0,
+                                             encoder_target=step % self.cfg.encoder_target_update_every == 0)
 
-    def update_online(self, batch: Batch, step: int) -> Metrics:
-        return self._update_with_ssl(batch, step, extr_reward=batch.reward)
+    def steady(self) -> bool:
+        """The queue is full and, while the representation learns, the projector's momentum has settled."""
+        return self.queue.full and (self.mode == "frozen" or self.head.projector.settled)
 
-    def _update_with_ssl(self, batch: Batch, step: int, extr_reward: torch.Tensor | None) -> Metrics:
+    def update_pretrain(self, batch: Batch, steps: UpdateSteps) -> Metrics:
+        return self._update_with_ssl(batch, steps, extr_reward=None)
+
+    def update_online(self, batch: Batch, steps: UpdateSteps) -> Metrics:
+        return self._update_with_ssl(batch, steps, extr_reward=batch.reward)
+
+    def _update_with_ssl(self, batch: Batch, steps: UpdateSteps, extr_reward: torch.Tensor | None) -> Metrics:
         """One step of appendix D's routine; SAC's reward is r_intr (pre-training) or r + alpha * r_intr."""
         cfg = self.cfg
         obs, next_obs = self.augmented(batch)  # x_t, x_{t+1}: (B, *obs_shape) each
@@ -142,32 +151,29 @@ class ProtoAgent(Agent):
 
         # r_t = compute_rewards(x_{t+1}), with this step's online encoder, before its SSL update. The same
         # forward of x_{t+1} gives SAC its next features y_{t+1} (the paper's code runs it twice).
-        with torch.no_grad():
-            next_features = self.encoder(next_obs)  # y_{t+1}: (B, R)
-            next_linear = self.head.projector.linear(next_features)  # (B, D)
-            next_raw = self.head.projector.anti_collapse_step(next_linear)  # z_{t+1} before L2 normalisation
-            intr_reward = self.enqueue_and_score(next_raw)  # (B, 1)
+        next_features = self.encoder(next_obs)  # y_{t+1}: (B, R)
+        next_linear = self.head.projector.linear(next_features)  # (B, D)
+        next_raw = self.head.projector.anti_collapse_step(next_linear)  # z_{t+1} before L2 normalisation
+        intr_reward = self.enqueue_and_score(next_raw)  # (B, 1)
 
         # update_representations(x_t, x_{t+1}): an L_SSL step every `ssl_update_every` updates; its forward of
-        # x_t gives SAC its features y_t, detached (the paper's code runs it again without gradient).
-        if step % cfg.ssl_update_every == 0:
-            features = self.encoder(obs)  # y_t: (B, R), with gradient for L_SSL
-            repr_loss, target_q = self.representation_loss(features, next_obs)
-            optimizer_step(repr_loss, self.repr_optimizer)
+        # x_t gives SAC its features y_t (the paper's code runs it again without gradient).
+        if steps.ssl:
+            repr_loss, (features, target_q, linear, projected) = gradient_step(
+                self.ssl_loss, (obs, next_obs), self.repr_optimizer)
+            self.head.projector.update_statistics(linear, projected)
             self.head.normalize_prototypes_()  # C = normalize(C): unit-norm until the next SSL step
-            features = features.detach()
-            metrics.update({"repr_loss": repr_loss.detach(), "repr/target_entropy": sinkhorn_entropy(target_q)})
+            metrics.update({"repr_loss": repr_loss, "repr/target_entropy": sinkhorn_entropy(target_q)})
         else:
-            with torch.no_grad():
-                features = self.encoder(obs)
+            features = self.encoder(obs)
         # xi = tau * xi + (1 - tau) * theta, on its own schedule, after this update's SGD step if any
-        if step % cfg.encoder_target_update_every == 0:
+        if steps.encoder_target:
             soft_update(self.encoder, self.encoder_target, cfg.encoder_target_tau)
             soft_update(self.head.projector, self.projector_target, cfg.encoder_target_tau)
 
         # update_rl(y_t, a_t, r_t, y_{t+1}): SAC on detached features
         reward = intr_reward if extr_reward is None else extr_reward + cfg.intr_coef * intr_reward
-        metrics.update(self.sac.update(features, batch.action, reward, batch.discount, next_features, step))
+        metrics.update(self.sac.update(features, batch.action, reward, batch.discount, next_features, steps))
         metrics.update(**reward_metrics("intr_reward", intr_reward),
                        **projection_diagnostics(next_linear, next_raw, self.head.prototypes))
         if extr_reward is not None:
@@ -176,33 +182,43 @@ class ProtoAgent(Agent):
                                                            metrics["extr_reward_mean"])
         return metrics
 
-    def update_frozen(self, batch: Batch, step: int) -> Metrics:
+    def update_frozen(self, batch: Batch, steps: UpdateSteps) -> Metrics:
         """Downstream from a snapshot: SAC on the frozen features with r + alpha * r_intr."""
         obs, next_obs = self.augmented(batch)
         features, next_features = frozen_features(self.encoder, obs, next_obs)  # (B, R) each
-        with torch.no_grad():
-            intr_reward = self.enqueue_and_score(self.head.projector(next_features))  # (B, 1)
-            reward = batch.reward + self.cfg.intr_coef * intr_reward
-        metrics = self.sac.update(features, batch.action, reward, batch.discount, next_features, step)
+        intr_reward = self.enqueue_and_score(self.head.projector(next_features))  # (B, 1)
+        reward = batch.reward + self.cfg.intr_coef * intr_reward
+        metrics = self.sac.update(features, batch.action, reward, batch.discount, next_features, steps)
         metrics.update(**reward_metrics("intr_reward", intr_reward), extr_reward_mean=batch.reward.mean())
         metrics["intr_reward_share"] = intrinsic_share(self.cfg.intr_coef, metrics["intr_reward_mean"],
                                                        metrics["extr_reward_mean"])
         return metrics
 
+    def ssl_loss(self, obs: torch.Tensor, next_obs: torch.Tensor):
+        """L_SSL of x_t, x_{t+1} (B, *obs_shape) each, for `gradient_step`: the loss, and what the update uses after
+        the step: the features y_t (B, R), the Sinkhorn targets q (B, M), the projector's linear outputs and
+        projections of x_t (B, D) each (its running statistics)."""
+        features = self.encoder(obs)  # y_t: (B, R)
+        loss, target_q, linear, projected = self.representation_loss(features, next_obs)
+        return loss, (features, target_q, linear, projected)
+
     def representation_loss(self, features: torch.Tensor, next_obs: torch.Tensor
-                            ) -> tuple[torch.Tensor, torch.Tensor]:
+                            ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
         """L_SSL between online assignments p_t of x_t and Sinkhorn targets q_{t+1} of x_{t+1}.
 
-        features: (B, R) online encoding of x_t; next_obs: (B, *obs_shape). Returns the loss and q (B, M).
-        Both projections use this batch's statistics (anti-collapse step; the paper has none).
+        features: (B, R) online encoding of x_t; next_obs: (B, *obs_shape). Returns the loss, q (B, M), and the
+        projector's linear outputs and projections of x_t (B, D) each. Both projections use this batch's
+        statistics (anti-collapse step; the paper has none).
         """
         prototypes, temperature = self.head.prototypes, self.cfg.temperature  # C: (M, D)
-        u = F.normalize(self.head.predictor(self.head.projector(features, batch_stats=True)), dim=1)  # (B, D)
+        linear = self.head.projector.linear(features)  # (B, D)
+        projected = self.head.projector.anti_collapse_step(linear, batch_stats=True)  # (B, D)
+        u = F.normalize(self.head.predictor(projected), dim=1)  # (B, D)
         log_p = F.log_softmax(u @ prototypes.t() / temperature, dim=1)  # (B, M)
         with torch.no_grad():
             z_target = F.normalize(self.projector_target(self.encoder_target(next_obs), batch_stats=True), dim=1)
             q = sinkhorn(z_target @ prototypes.t() / temperature, self.cfg.sinkhorn_iters)  # (B, M)
-        return cluster_assignment_loss(log_p, q), q
+        return cluster_assignment_loss(log_p, q), q, linear.detach(), projected.detach()
 
     # -- the intrinsic reward -------------------------------------------------------------------------
     def reward_points(self, raw: torch.Tensor) -> torch.Tensor:
@@ -265,7 +281,7 @@ class ProtoAgent(Agent):
     def representation_statistics(self) -> dict[str, Any]:
         return {"queue": self.queue}
 
-    def representation_optimizers(self) -> dict[str, torch.optim.Optimizer]:
+    def representation_optimizers(self) -> dict[str, Adam]:
         return {"repr": self.repr_optimizer}
 
     def load_pretrained(self, state: dict) -> None:

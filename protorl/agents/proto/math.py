@@ -52,9 +52,13 @@ def sample_candidates(z: torch.Tensor, prototypes: torch.Tensor, generator: torc
     z: (B, D) L2-normalised projections; prototypes: (M, D) L2-normalised. For prototype j the
     candidate is z_i with probability softmax_i(z_i . c_j). Returns (M, D): rows of `points` (B, D'), the
     batch in the reward's space (`ProtoHead.reward_embedding`), or of z itself.
+    The draw is `torch.multinomial(weights, 1)`'s own, written out (argmax of the weights over exponential noise,
+    the same noise from the same generator): the same indices, without its checks that read the weights back to
+    the host.
     """
     weights = torch.softmax(prototypes @ z.t(), dim=1)  # (M, B)
-    index = torch.multinomial(weights, num_samples=1, generator=generator).squeeze(1)  # (M,)
+    noise = torch.empty_like(weights).exponential_(1, generator=generator)  # (M, B)
+    index = torch.argmax(weights / noise, dim=1)  # (M,)
     return (z if points is None else points)[index]
 
 
@@ -64,35 +68,49 @@ def knn_reward(z: torch.Tensor, queue: torch.Tensor, k: int = 3) -> torch.Tensor
 
 
 class CandidateQueue:
-    """FIFO queue of `capacity` candidate projections (M x T in the paper); the oldest leave first."""
+    """FIFO queue of `capacity` candidate projections (M x T in the paper); the oldest leave first.
+
+    The next row to overwrite is kept on the device, so enqueueing never waits for the host; the number of rows
+    filled, which only grows until the queue is full, is kept on the host.
+    """
 
     def __init__(self, capacity: int, dim: int, device: torch.device | str = "cpu"):
         self.items = torch.zeros(capacity, dim, device=device)
-        self.pointer = 0  # next row to overwrite
+        self.next_row = torch.zeros((), dtype=torch.long, device=device)  # next row to overwrite
         self.size = 0  # rows filled so far
 
     @property
     def capacity(self) -> int:
         return self.items.shape[0]
 
+    @property
+    def pointer(self) -> int:
+        """The next row to overwrite (read back from the device; 0 on the meta device, which holds no values)."""
+        return 0 if self.next_row.is_meta else int(self.next_row)
+
     def enqueue(self, candidates: torch.Tensor) -> None:
         """Append (n, D) rows, overwriting the oldest ones once full."""
         n = candidates.shape[0]
-        rows = (self.pointer + torch.arange(n, device=self.items.device)) % self.capacity
+        rows = (self.next_row + torch.arange(n, device=self.items.device)) % self.capacity  # (n,)
         self.items[rows] = candidates
-        self.pointer = (self.pointer + n) % self.capacity
+        self.next_row.copy_((self.next_row + n) % self.capacity)
         self.size = min(self.size + n, self.capacity)
 
     def filled(self) -> torch.Tensor:
         """The rows enqueued so far: (size, D)."""
         return self.items if self.size == self.capacity else self.items[: self.size]
 
+    @property
+    def full(self) -> bool:
+        return self.size == self.capacity
+
     def state_dict(self) -> dict:
         return {"items": self.items.clone(), "pointer": self.pointer, "size": self.size}
 
     def load_state_dict(self, state: dict) -> None:
         self.items.copy_(state["items"])
-        self.pointer, self.size = int(state["pointer"]), int(state["size"])
+        self.next_row.fill_(int(state["pointer"]))
+        self.size = int(state["size"])
 
 
 ANTI_COLLAPSE = ("none", "center", "batchnorm")
@@ -110,10 +128,10 @@ class Projector(nn.Module):
       point; removing the mean removes that direction (and the loss's gradient along it).
     - "batchnorm": BatchNorm1d (centring, unit variance per dimension, learned affine), SwAV's head.
 
-    `batch_stats=True` normalises with this batch's statistics (the SSL loss) and, in training mode, folds them
-    into running statistics with `momentum`; `batch_stats=False` uses the running statistics, so a frame's
-    projection does not depend on the rest of its batch (the reward, the analyses, downstream). The first
-    1 / momentum batches are averaged cumulatively, so after one SSL step the running mean is that batch's.
+    `batch_stats=True` normalises with this batch's statistics (the SSL loss); `update_statistics` then folds them
+    into running statistics with `momentum` (in training mode); `batch_stats=False` uses the running statistics,
+    so a frame's projection does not depend on the rest of its batch (the reward, the analyses, downstream). The
+    first 1 / momentum batches are averaged cumulatively, so after one SSL step the running mean is that batch's.
     Every variant also tracks `running_spread`, the mean squared distance of a batch's outputs from their mean:
     the unit of the "raw" reward space (`ProtoHead.reward_embedding`).
     """
@@ -125,7 +143,8 @@ class Projector(nn.Module):
         self.linear = nn.Linear(repr_dim, proj_dim)
         self.anti_collapse, self.momentum = anti_collapse, momentum
         self.register_buffer("batches_seen", torch.zeros((), dtype=torch.long))
-        self._batches_seen = 0  # the same count on the host: the momentum needs it without reading the device
+        self._batches_seen = 0  # the same count on the host, until the momentum settles
+        self._settled = 1.0 <= momentum
         self.register_load_state_dict_post_hook(Projector._count_from_buffer)
         self.register_buffer("running_spread", torch.ones(()))
         if anti_collapse != "none":
@@ -139,31 +158,44 @@ class Projector(nn.Module):
         return self.anti_collapse_step(self.linear(y), batch_stats)
 
     def anti_collapse_step(self, x: torch.Tensor, batch_stats: bool = False) -> torch.Tensor:
-        """The linear map's outputs (B, D) -> the projections (B, D) (identity for "none", the paper)."""
-        update = batch_stats and self.training
-        momentum = max(self.momentum, 1.0 / (self._batches_seen + 1)) if update else 0.0
+        """The linear map's outputs (B, D) -> the projections (B, D) (identity for "none", the paper), with this
+        batch's statistics or the running ones; the running statistics change only in `update_statistics`."""
         if self.anti_collapse == "center":
-            if batch_stats:
-                mean = x.mean(dim=0)  # (D,)
-                if update:
-                    self.running_mean.lerp_(mean.detach(), momentum)
-                x = x - mean
-            else:
-                x = x - self.running_mean
-        elif self.anti_collapse == "batchnorm":
-            running = update or not batch_stats  # the running statistics are read (eval) or updated (train)
-            x = F.batch_norm(x, self.running_mean if running else None, self.running_var if running else None,
-                             self.weight, self.bias, training=batch_stats, momentum=momentum, eps=BATCHNORM_EPS)
-        if update:
-            with torch.no_grad():
-                self.running_spread.lerp_((x - x.mean(dim=0)).square().sum(dim=1).mean(), momentum)
-            self.batches_seen += 1
-            self._batches_seen += 1
+            return x - (x.mean(dim=0) if batch_stats else self.running_mean)
+        if self.anti_collapse == "batchnorm":
+            return F.batch_norm(x, None if batch_stats else self.running_mean,
+                                None if batch_stats else self.running_var, self.weight, self.bias,
+                                training=batch_stats, eps=BATCHNORM_EPS)
         return x
+
+    @property
+    def settled(self) -> bool:
+        """Whether the running statistics' momentum has reached `momentum` (after about 1 / momentum batches)."""
+        return self._settled
+
+    @torch.no_grad()
+    def update_statistics(self, linear: torch.Tensor, projected: torch.Tensor) -> None:
+        """Fold one batch into the running statistics (in training mode): `linear` (B, D), the linear map's
+        outputs, and `projected` (B, D), the projections `anti_collapse_step(linear, batch_stats=True)` gave."""
+        if not self.training:
+            return
+        momentum = self.momentum
+        if not self._settled:  # the first batches: a cumulative average, counted on the host
+            momentum = max(self.momentum, 1.0 / (self._batches_seen + 1))
+            self._batches_seen += 1
+            self._settled = 1.0 / (self._batches_seen + 1) <= self.momentum
+        if self.anti_collapse == "center":
+            self.running_mean.lerp_(linear.mean(dim=0), momentum)
+        elif self.anti_collapse == "batchnorm":  # BatchNorm's own update of its running mean and (unbiased) variance
+            F.batch_norm(linear, self.running_mean, self.running_var, training=True, momentum=momentum,
+                         eps=BATCHNORM_EPS)
+        self.running_spread.lerp_((projected - projected.mean(dim=0)).square().sum(dim=1).mean(), momentum)
+        self.batches_seen += 1
 
     @staticmethod
     def _count_from_buffer(module: Projector, incompatible_keys) -> None:
         module._batches_seen = int(module.batches_seen)  # once per loaded state, not per batch
+        module._settled = 1.0 / (module._batches_seen + 1) <= module.momentum
 
 
 class ProtoHead(nn.Module):

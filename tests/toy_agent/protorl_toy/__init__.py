@@ -7,6 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from protorl.agents.base import Agent, frozen_features, reward_metrics
+from protorl.agents.sac import Metrics, UpdateSteps
 from protorl.config import AgentConfig, invalid
 from protorl.replay import Batch
 
@@ -27,9 +28,9 @@ class ToyAgent(Agent):
     config_class = ToyConfig
     metrics = ("intr_reward_mean", "intr_reward_std")
 
-    def update_pretrain(self, batch: Batch, step: int) -> dict[str, float]:
+    def update_pretrain(self, batch: Batch, steps: UpdateSteps) -> Metrics:
         obs, next_obs = self.augmented(batch)
         features, next_features = frozen_features(self.encoder, obs, next_obs)  # (B, R) each
         reward = self.cfg.reward_scale * (next_features - features).norm(dim=1, keepdim=True)  # (B, 1)
-        metrics = self.sac.update(features, batch.action, reward, batch.discount, next_features, step)
+        metrics = self.sac.update(features, batch.action, reward, batch.discount, next_features, steps)
         return {**metrics, **reward_metrics("intr_reward", reward)}

@@ -1,0 +1,62 @@
+"""An agent's whole update as one compiled graph (`runtime.compile_update`).
+
+`torch.compile(fullgraph=True)` compiles the mode's update (forward, gradients, Adam steps, target EMAs, the
+candidate queue and the k-NN reward): a graph break is an error, never a silent split. Which parts run at a step
+(`UpdateSteps`) is decided on the host, so each combination is one graph, compiled the first time it is met.
+Random draws fall back to PyTorch's own kernels (inductor's `fallback_random`), so a compiled update draws the
+same numbers as the eager one and the two differ only by the rounding of fused arithmetic. Any later compilation
+(a recompilation: a shape, a dtype or a guarded value that changed) is logged in one line and allowed. With
+`cuda_graphs`, each graph is replayed as a CUDA graph; its metrics are copied out of the graph's memory.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+
+import torch
+
+from protorl.agents.sac import Metrics, UpdateSteps
+from protorl.replay import Batch
+
+log = logging.getLogger("protorl")
+
+
+def steps_key(steps: UpdateSteps) -> tuple[bool, ...]:
+    """What tells one compiled graph of an update from another."""
+    return (steps.actor, steps.critic_target, steps.anchor is not None, steps.ssl, steps.encoder_target)
+
+
+class CompiledUpdate:
+    """`update(batch, steps)` compiled whole, one graph per `steps_key`; recompilations are counted and logged."""
+
+    def __init__(self, update: Callable[[Batch, UpdateSteps], Metrics], name: str, cuda_graphs: bool = False):
+        self.name, self.cuda_graphs = name, cuda_graphs
+        self.compiled = torch.compile(update, fullgraph=True,
+                                      options={"fallback_random": True, "triton.cudagraphs": cuda_graphs})
+        self.graphs: set[tuple[bool, ...]] = set()  # the combinations compiled so far
+        self.recompilations = 0
+
+    def __call__(self, batch: Batch, steps: UpdateSteps) -> Metrics:
+        key = steps_key(steps)
+        if key not in self.graphs:  # its first compilation, expected
+            self.graphs.add(key)
+            return self._copied(self.compiled(batch, steps))
+        try:
+            with torch.compiler.set_stance("fail_on_recompile"):
+                return self._copied(self.compiled(batch, steps))
+        except RuntimeError as error:
+            if "recompil" not in str(error).lower():
+                raise
+            reason = str(error).strip().splitlines()[0][:300]
+        self.recompilations += 1
+        log.warning("compiled update of %s recompiled (%d so far; each takes seconds): %s", self.name,
+                    self.recompilations, reason)
+        return self._copied(self.compiled(batch, steps))
+
+    def _copied(self, metrics: Metrics) -> Metrics:
+        """CUDA graphs overwrite their outputs at the next replay: the metrics leave in one copy."""
+        if not self.cuda_graphs:
+            return metrics
+        values = torch.stack([value.float() for value in metrics.values()])
+        return dict(zip(metrics, values.unbind(), strict=True))

@@ -1,0 +1,89 @@
+"""`runtime.compile_update`: an agent's whole update compiled as one graph per combination of its parts.
+
+The compiled update draws the same random numbers as the eager one (inductor's `fallback_random`) and differs
+only by the rounding of fused arithmetic and of the traceable Adam: after a few updates from the same state and
+batches, its losses and parameters equal the eager update's to float32 rounding amplified by those updates.
+Compiling takes seconds per graph, so these tests are in the slow tier.
+"""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+import torch
+
+from protorl.replay import Batch
+from tests.agents import tiny_agent
+
+UPDATES = 12  # past the queue's filling and the projector's settling, so the compiled graphs run
+# float32 rounding (~1e-7) grows through a dozen dependent Adam steps; a wrong term in a loss moves these by > 1e-2
+TOLERANCE = {"rtol": 1e-3, "atol": 1e-4}
+
+
+def batches(count: int, seed: int = 1, size: int = 8) -> list[Batch]:
+    generator = torch.Generator().manual_seed(seed)
+    def one() -> Batch:
+        return Batch(obs=torch.randn(size, 4, generator=generator),
+                     action=torch.rand(size, 2, generator=generator) * 2 - 1,
+                     reward=torch.rand(size, 1, generator=generator), discount=torch.ones(size, 1),
+                     next_obs=torch.randn(size, 4, generator=generator))
+
+    return [one() for _ in range(count)]
+
+
+def run(agent, data: list[Batch], first_step: int = 0) -> list[dict]:
+    torch.manual_seed(5)
+    return [agent.update(batch, first_step + step) for step, batch in enumerate(data)]
+
+
+def states_agent(name: str, mode: str):
+    return tiny_agent(name, mode, seed=0, obs_type="states", obs_shape=(4,))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(("name", "mode"), [("proto", "pretrain"), ("proto", "frozen"), ("random", "pretrain"),
+                                            ("apt", "pretrain"), ("drq", "online")])
+def test_compiled_update_equals_eager_to_rounding(name, mode):
+    eager, compiled = states_agent(name, mode), states_agent(name, mode)
+    compiled.compile_update()
+    data = batches(UPDATES)
+    eager_metrics, compiled_metrics = run(eager, data), run(compiled, data)
+
+    assert compiled._compiled.graphs, "no update ran compiled"
+    assert compiled._compiled.recompilations == 0
+    for key, value in eager_metrics[-1].items():
+        torch.testing.assert_close(compiled_metrics[-1][key], value, **TOLERANCE, msg=key)
+    eager_state, compiled_state = eager.sac.state_dict(), compiled.sac.state_dict()
+    for key in ("actor", "critic", "critic_target"):
+        for param, value in eager_state[key].items():
+            torch.testing.assert_close(compiled_state[key][param], value, **TOLERANCE)
+
+
+def test_an_agent_that_does_not_compile_says_so_and_runs_eagerly(caplog):
+    agent = states_agent("icm", "pretrain")
+    agent.compile_update()
+    assert agent._compiled is None
+    assert any("icm runs its updates eagerly" in record.getMessage() for record in caplog.records)
+
+
+@pytest.mark.slow
+def test_checkpoints_pass_between_compiled_and_eager_updates():
+    """A compiled agent's state loads into an eager one and back; each goes on as the other would."""
+    data = batches(2 * UPDATES)
+    compiled = states_agent("proto", "pretrain")
+    compiled.compile_update()
+    run(compiled, data[:UPDATES])
+    state = copy.deepcopy(compiled.state_dict())
+
+    eager = states_agent("proto", "pretrain")
+    eager.load_state_dict(state)
+    torch.manual_seed(7)
+    eager_next = run(eager, data[UPDATES:], first_step=UPDATES)
+    torch.manual_seed(7)
+    compiled_again = states_agent("proto", "pretrain")
+    compiled_again.compile_update()
+    compiled_again.load_state_dict(state)
+    compiled_next = run(compiled_again, data[UPDATES:], first_step=UPDATES)
+    for key, value in eager_next[-1].items():
+        torch.testing.assert_close(compiled_next[-1][key], value, **TOLERANCE, msg=key)
