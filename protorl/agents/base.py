@@ -15,7 +15,6 @@ class, its metrics and the config keys that fix its snapshot's networks.
 
 from __future__ import annotations
 
-import logging
 from typing import Any
 
 import numpy as np
@@ -32,7 +31,6 @@ from protorl.config import AgentConfig
 from protorl.errors import SnapshotError
 from protorl.replay import Batch
 
-log = logging.getLogger("protorl")
 MODES = ("pretrain", "frozen", "online")
 
 
@@ -45,7 +43,6 @@ class Agent:
     metrics: tuple[str, ...] = ()  # train.csv columns of its updates beyond SAC's
     architecture_keys: tuple[str, ...] = ()  # its config keys that fix its snapshot's networks, beyond SAC's
     loads_pretrained_actor = False  # downstream starts from the exploration actor (Proto-RL, appendix C.6)
-    compiles = True  # whether `compile_update` compiles its updates (else they run eagerly, said in one line)
 
     def __init__(self, obs_type: str, obs_shape: tuple[int, ...], action_shape: tuple[int, ...],
                  cfg: AgentConfig, device: torch.device, mode: str = "pretrain"):
@@ -131,10 +128,6 @@ class Agent:
     def compile_update(self, cuda_graphs: bool = False) -> None:
         """Run every update from the first steady one (`steady`) as one compiled graph per combination of
         `UpdateSteps` (`protorl.agents.compiled`); with `cuda_graphs`, replayed as a CUDA graph."""
-        if not self.compiles:
-            log.warning("runtime.compile_update: agent %s runs its updates eagerly (compiling them is not "
-                        "supported yet)", self.name)
-            return
         self._compiled = CompiledUpdate(self._update, f"{self.name} {self.mode}", cuda_graphs)
 
     def augment(self, obs: torch.Tensor) -> torch.Tensor:

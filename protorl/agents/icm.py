@@ -38,12 +38,16 @@ class ICMConfig(AgentConfig):
 
 
 class RunningMeanStd:
-    """Mean and population standard deviation of every value seen so far, merged batch by batch (Chan et al.)."""
+    """Mean and population standard deviation of every value seen so far, merged batch by batch (Chan et al.).
+
+    Kept in float64 tensors of one element, not 0-d ones: torch.compile (2.13) drops in-place writes to 0-d float64
+    tensors it reads from an object's attributes, which would freeze the statistics of a compiled update.
+    """
 
     def __init__(self, device: torch.device | str = "cpu"):
-        self.mean = torch.zeros((), dtype=torch.float64, device=device)
-        self.var = torch.zeros((), dtype=torch.float64, device=device)
-        self.count = torch.zeros((), dtype=torch.float64, device=device)  # an integer, counted on the device
+        self.mean = torch.zeros(1, dtype=torch.float64, device=device)
+        self.var = torch.zeros(1, dtype=torch.float64, device=device)
+        self.count = torch.zeros(1, dtype=torch.float64, device=device)  # an integer, counted on the device
 
     def update(self, values: torch.Tensor) -> None:
         values = values.detach().double().flatten()
@@ -61,11 +65,11 @@ class RunningMeanStd:
 
     def state_dict(self) -> dict:
         count = 0 if self.count.is_meta else int(self.count)  # the meta device (a memory estimate) holds no values
-        return {"mean": self.mean.clone(), "var": self.var.clone(), "count": count}
+        return {"mean": self.mean.reshape(()).clone(), "var": self.var.reshape(()).clone(), "count": count}
 
     def load_state_dict(self, state: dict) -> None:
-        self.mean.copy_(state["mean"])
-        self.var.copy_(state["var"])
+        self.mean.copy_(state["mean"].reshape(1))
+        self.var.copy_(state["var"].reshape(1))
         self.count.fill_(int(state["count"]))
 
 
@@ -106,9 +110,6 @@ class ICMAgent(EncoderTrainedByCritic):
     config_class = ICMConfig
     metrics = ("icm_forward_loss", "icm_inverse_loss", "intr_reward_mean", "intr_reward_std", *PROJECTION_METRICS)
     architecture_keys = ("proj_dim", "model_hidden_dim")
-    # compiled, its pre-training update gives another intrinsic reward than the eager one from the first update
-    # (the running statistics of the forward error): eager only until that is found
-    compiles = False
 
     def build(self) -> None:
         super().build()
