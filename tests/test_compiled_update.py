@@ -9,12 +9,16 @@ Compiling takes seconds per graph, so these tests are in the slow tier.
 from __future__ import annotations
 
 import copy
+import signal
+import time
 
 import pytest
 import torch
 
 from protorl.replay import Batch
+from protorl.storage.snapshots import load_snapshot
 from tests.agents import tiny_agent
+from tests.runs import STATES, assert_ok, csv_rows, read_rows, run, start
 
 UPDATES = 12  # past the queue's filling and the projector's settling, so the compiled graphs run
 # float32 rounding (~1e-7) grows through a dozen dependent Adam steps; a wrong term in a loss moves these by > 1e-2
@@ -32,7 +36,7 @@ def batches(count: int, seed: int = 1, size: int = 8) -> list[Batch]:
     return [one() for _ in range(count)]
 
 
-def run(agent, data: list[Batch], first_step: int = 0) -> list[dict]:
+def updates(agent, data: list[Batch], first_step: int = 0) -> list[dict]:
     torch.manual_seed(5)
     return [agent.update(batch, first_step + step) for step, batch in enumerate(data)]
 
@@ -48,7 +52,7 @@ def test_compiled_update_equals_eager_to_rounding(name, mode):
     eager, compiled = states_agent(name, mode), states_agent(name, mode)
     compiled.compile_update()
     data = batches(UPDATES)
-    eager_metrics, compiled_metrics = run(eager, data), run(compiled, data)
+    eager_metrics, compiled_metrics = updates(eager, data), updates(compiled, data)
 
     assert compiled._compiled.graphs, "no update ran compiled"
     assert compiled._compiled.recompilations == 0
@@ -66,17 +70,61 @@ def test_checkpoints_pass_between_compiled_and_eager_updates():
     data = batches(2 * UPDATES)
     compiled = states_agent("proto", "pretrain")
     compiled.compile_update()
-    run(compiled, data[:UPDATES])
+    updates(compiled, data[:UPDATES])
     state = copy.deepcopy(compiled.state_dict())
 
     eager = states_agent("proto", "pretrain")
     eager.load_state_dict(state)
     torch.manual_seed(7)
-    eager_next = run(eager, data[UPDATES:], first_step=UPDATES)
+    eager_next = updates(eager, data[UPDATES:], first_step=UPDATES)
     torch.manual_seed(7)
     compiled_again = states_agent("proto", "pretrain")
     compiled_again.compile_update()
     compiled_again.load_state_dict(state)
-    compiled_next = run(compiled_again, data[UPDATES:], first_step=UPDATES)
+    compiled_next = updates(compiled_again, data[UPDATES:], first_step=UPDATES)
     for key, value in eager_next[-1].items():
         torch.testing.assert_close(compiled_next[-1][key], value, **TOLERANCE, msg=key)
+
+
+@pytest.mark.slow
+def test_a_compiled_run_killed_resumes_to_its_uninterrupted_result(tmp_path):
+    """SIGKILL after the third episode, before the checkpoint at frame 4000: the rerun resumes from frame 2000
+    and ends where the uninterrupted compiled run ended, row for row and tensor for tensor."""
+    command = [*STATES, "runtime.compile_update=true", "pretrain_frames=5000", "checkpoints.every_frames=2000",
+               "checkpoints.keep_completed=true"]
+    straight, killed = tmp_path / "straight", tmp_path / "killed"
+    assert_ok(run("pretrain", *command, run_dir=straight))
+    process = start("pretrain", *command, run_dir=killed)
+    train_csv = killed / "pretrain" / "train.csv"
+    deadline = time.time() + 300  # compiling takes seconds
+    while csv_rows(train_csv) < 3:
+        assert process.poll() is None, "the run ended before its third episode"
+        assert time.time() < deadline, "no third episode within 300 s"
+        time.sleep(0.01)
+    process.send_signal(signal.SIGKILL)
+    process.wait()
+
+    result = run("pretrain", *command, run_dir=killed)
+    assert_ok(result)
+    assert "(frame 2000)" in result.stdout + result.stderr
+    assert "recompiled" not in result.stdout + result.stderr
+    assert read_rows(train_csv) == read_rows(straight / "pretrain" / "train.csv")
+    final = [load_snapshot(run_dir / "pretrain" / "snapshots" / "snapshot_5000.pt")["agent"]
+             for run_dir in (straight, killed)]
+    for part in ("encoder", "head", "actor", "critic", "queue"):
+        for name, value in final[0][part].items():
+            other = final[1][part][name]
+            assert torch.equal(value, other) if isinstance(value, torch.Tensor) else value == other, (part, name)
+
+
+@pytest.mark.slow
+def test_a_recompilation_is_reported_in_one_line(caplog):
+    """A batch of another size needs a new graph: the update says so, and computes what the eager one does."""
+    eager, compiled = states_agent("random", "pretrain"), states_agent("random", "pretrain")
+    compiled.compile_update()
+    data = batches(4) + batches(1, seed=2, size=6)
+    eager_metrics, compiled_metrics = updates(eager, data), updates(compiled, data)
+    assert compiled._compiled.recompilations == 1
+    lines = [record.getMessage() for record in caplog.records if "recompiled" in record.getMessage()]
+    assert len(lines) == 1 and "random pretrain" in lines[0] and "\n" not in lines[0]
+    torch.testing.assert_close(compiled_metrics[-1]["critic_loss"], eager_metrics[-1]["critic_loss"], **TOLERANCE)

@@ -26,7 +26,7 @@ def _frame(episode: int, step: int, index: int) -> np.ndarray:
 
 def _decode(stack: np.ndarray | torch.Tensor) -> list[tuple[int, int, int]]:
     """(3 * fs, 4, 4) stack -> [(episode, step, index)] oldest first; checks each frame is one write."""
-    stack = np.asarray(stack)
+    stack = stack.cpu().numpy() if isinstance(stack, torch.Tensor) else np.asarray(stack)  # from any device
     frames = stack.reshape(-1, *FRAME_SHAPE)
     out = []
     for frame in frames:

@@ -74,11 +74,12 @@ def test_the_replay_estimate_follows_the_frames_a_phase_writes(tmp_path):
 
 @needs_meminfo
 def test_a_run_this_machine_cannot_hold_is_refused_before_anything_is_written(tmp_path):
-    huge = tiny(tmp_path / "a", agent=tiny_config("proto", num_prototypes=10**10))  # 640 GB of prototypes
+    on_cpu = {"device": "cpu", "threads": 1}  # the host's check (a GPU's: the tests below)
+    huge = tiny(tmp_path / "a", agent=tiny_config("proto", num_prototypes=10**10), runtime=on_cpu)  # 640 GB
     with pytest.raises(ConfigError, match=r"at its peak .* GiB are available; lower agent.batch_size"):
         protorl.pretrain(huge)
     with pytest.raises(ConfigError, match="replay.capacity=1000000000000: the buffer would reserve"):
-        protorl.pretrain(tiny(tmp_path / "b", replay={"capacity": 10**12}))
+        protorl.pretrain(tiny(tmp_path / "b", replay={"capacity": 10**12}, runtime=on_cpu))
     assert not any(tmp_path.iterdir())
 
 
@@ -86,7 +87,8 @@ def test_a_run_this_machine_cannot_hold_is_refused_before_anything_is_written(tm
 @needs_meminfo
 def test_the_command_line_refuses_it_in_one_line(tmp_path):
     run_dir = tmp_path / "run"
-    result = run("pretrain", *STATES, "agent.num_prototypes=10000000000", "pretrain_frames=1000", run_dir=run_dir)
+    result = run("pretrain", *STATES, "agent.num_prototypes=10000000000", "pretrain_frames=1000", "runtime.device=cpu",
+                 run_dir=run_dir)
     assert_user_error(result, "at its peak", "GiB are available")
     assert not run_dir.exists()
 
