@@ -7,6 +7,7 @@ frames downstream). The projection of a 500k + 500k run is the sum of those rate
 
     python benchmarks/bench_end_to_end.py                     # about 10 minutes on 2 CPU cores
     python benchmarks/bench_end_to_end.py --frames 2000       # longer, steadier
+    python benchmarks/bench_end_to_end.py --device cuda --compile --tf32   # a GPU: compiled update, CUDA graphs
 """
 
 from __future__ import annotations
@@ -86,6 +87,9 @@ def main() -> None:
     parser.add_argument("--frames", type=int, default=400, help="timed frames per phase, after seeding")
     parser.add_argument("--seed-steps", type=int, default=50, help="agent steps of seed transitions per phase")
     parser.add_argument("--device", default="auto")
+    parser.add_argument("--compile", action="store_true",
+                        help="runtime.compile_update (its compile time falls inside the timed frames)")
+    parser.add_argument("--tf32", action="store_true", help="runtime.tf32 (CUDA)")
     args = parser.parse_args()
 
     import torch
@@ -101,12 +105,14 @@ def main() -> None:
                      evaluation=EvaluationConfig(every_frames=10**9, episodes=1),
                      analyses=AnalysesConfig(every_frames=None),
                      logging=LoggingConfig(tensorboard=False, progress_bar=False),
-                     runtime=RuntimeConfig(device=args.device), agent=ProtoConfig())
+                     runtime=RuntimeConfig(device=args.device, compile_update=args.compile, tf32=args.tf32),
+                     agent=ProtoConfig())
         device = prepare_process(cfg.runtime)
         name = torch.cuda.get_device_name(device) if device.type == "cuda" else \
             f"CPU, {torch.get_num_threads()} threads"
         print(f"{args.env} from pixels, paper settings (batch {cfg.agent.batch_size}, action repeat "
-              f"{cfg.env.action_repeat}), torch {torch.__version__}, {name}")
+              f"{cfg.env.action_repeat}), torch {torch.__version__}, {name}, compiled update {args.compile}, "
+              f"TF32 {args.tf32}")
         pretrain_fps = timed_phase(cfg, "pretrain", Path(tmp) / "pretrain")
         snapshot = sorted((Path(tmp) / "pretrain" / "snapshots").glob("*.pt"))[-1]
         finetune_fps = timed_phase(cfg, "finetune", Path(tmp) / "finetune", pretrained=load_snapshot(snapshot))

@@ -265,6 +265,9 @@ class RuntimeConfig:
     # a CUDA graph): the same algorithm and random draws, other float rounding (protorl/agents/compiled.py).
     # Off by default until measured to pay back its compile time (docs/benchmarks/index.md)
     compile_update: bool = False
+    # CUDA: float32 matrix products in TensorFloat-32 (a 10-bit mantissa; tensor cores), a departure from float32
+    # arithmetic, labelled and off by default (docs/benchmarks/index.md); no effect on a CPU
+    tf32: bool = False
     # refuse a run whose wall time, estimated on this machine before it starts (protorl/app/duration.py), exceeds
     # this many hours; null: no limit
     max_hours: float | None = 24.0

@@ -72,10 +72,11 @@ def tune_malloc() -> bool:
 
 
 def prepare_process(cfg: RuntimeConfig) -> torch.device:
-    """Process-wide settings for a run: threads, allocator tuning, cuDNN's algorithm search; returns the device.
+    """Process-wide settings for a run: threads, allocator tuning, cuDNN's algorithm search, TF32; returns the device.
 
     On CUDA, `runtime.cudnn_benchmark` lets cuDNN time its convolution algorithms once per input shape and keep the
-    fastest: every update has the same shapes. The algorithm it picks may differ between runs."""
+    fastest: every update has the same shapes. The algorithm it picks may differ between runs. `runtime.tf32` (a
+    departure: float32 matrix products computed with TensorFloat-32's 10-bit mantissa) applies on CUDA only."""
     if cfg.fast_malloc:
         tune_malloc()
     if cfg.threads is not None:
@@ -83,4 +84,5 @@ def prepare_process(cfg: RuntimeConfig) -> torch.device:
     device = resolve_device(cfg.device)
     if device.type == "cuda":
         torch.backends.cudnn.benchmark = cfg.cudnn_benchmark
+        torch.set_float32_matmul_precision("high" if cfg.tf32 else "highest")
     return device

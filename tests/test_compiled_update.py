@@ -15,9 +15,11 @@ import time
 import pytest
 import torch
 
+from protorl.agents import RandomAgent
+from protorl.errors import ConfigError
 from protorl.replay import Batch
 from protorl.storage.snapshots import load_snapshot
-from tests.agents import tiny_agent
+from tests.agents import tiny_agent, tiny_config
 from tests.runs import STATES, assert_ok, csv_rows, read_rows, run, start
 
 UPDATES = 12  # past the queue's filling and the projector's settling, so the compiled graphs run
@@ -128,3 +130,53 @@ def test_a_recompilation_is_reported_in_one_line(caplog):
     lines = [record.getMessage() for record in caplog.records if "recompiled" in record.getMessage()]
     assert len(lines) == 1 and "random pretrain" in lines[0] and "\n" not in lines[0]
     torch.testing.assert_close(compiled_metrics[-1]["critic_loss"], eager_metrics[-1]["critic_loss"], **TOLERANCE)
+
+
+@pytest.mark.slow
+def test_metrics_leave_a_cuda_graph_update_in_one_copy():
+    """With `cuda_graphs` (on a CPU the graphs themselves are plain), the metrics are copied out of the update's
+    memory in one stacked copy, as float32: the same values as the eager update's."""
+    eager, compiled = states_agent("random", "pretrain"), states_agent("random", "pretrain")
+    compiled.compile_update(cuda_graphs=True)
+    data = batches(4)
+    eager_metrics, compiled_metrics = updates(eager, data), updates(compiled, data)
+    assert all(value.dtype == torch.float32 for value in compiled_metrics[-1].values())
+    assert len({value.untyped_storage().data_ptr() for value in compiled_metrics[-1].values()}) == 1
+    for key, value in eager_metrics[-1].items():
+        torch.testing.assert_close(compiled_metrics[-1][key], value.float(), **TOLERANCE, msg=key)
+
+
+@pytest.mark.slow
+def test_agents_compiled_one_after_another_share_their_graphs():
+    """A run's phases build one agent after another (protorl-train: four fine-tunings and more): the later agents of
+    the same class and sizes run the graphs the first one compiled, without compiling again."""
+    data = batches(2)
+    first = states_agent("random", "frozen")
+    first.compile_update()
+    updates(first, data)
+    with torch.compiler.set_stance("fail_on_recompile"):  # a compilation now would raise
+        for _ in range(4):
+            agent = states_agent("random", "frozen")
+            agent.compile_update()
+            eager = states_agent("random", "frozen")
+            compiled_metrics, eager_metrics = updates(agent, data)[-1], updates(eager, data)[-1]
+            for key, value in eager_metrics.items():
+                torch.testing.assert_close(compiled_metrics[key], value, **TOLERANCE, msg=key)
+            assert len(agent._compiled.graphs) == 2
+
+
+class HostReadingAgent(RandomAgent):
+    """Random's update behind a branch on a tensor's value, read on the host: not one graph."""
+
+    def update_pretrain(self, batch: Batch, steps):
+        if batch.reward.sum().item() > 0:
+            return super().update_pretrain(batch, steps)
+        return super().update_pretrain(batch, steps)
+
+
+def test_an_update_that_does_not_compile_whole_is_refused_in_one_line():
+    agent = HostReadingAgent("states", (4,), (2,), tiny_config("random"), torch.device("cpu"), "pretrain")
+    agent.compile_update()
+    with pytest.raises(ConfigError, match=r"^runtime.compile_update=true: the update of random pretrain does not "
+                                          r"compile as one graph \(.+\); run without runtime.compile_update$"):
+        agent.update(batches(1)[0], 0)

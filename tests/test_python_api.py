@@ -158,3 +158,15 @@ def test_a_fine_tuning_follows_its_snapshot_when_the_pretraining_moves(tmp_path)
     (tmp_path / "pre2" / "pretrain" / "snapshots" / "snapshot_1000.pt").rename(snapshot)  # another one, old path
     with pytest.raises(ConfigError, match="other settings: snapshot_sha256="):
         protorl.finetune(finetune)
+
+
+def test_tf32_applies_on_cuda_only_and_leaves_a_cpu_run_in_float32():
+    from protorl.config import RuntimeConfig
+
+    prepare_process(RuntimeConfig(device="cpu", threads=1, fast_malloc=False, tf32=True))
+    assert torch.get_float32_matmul_precision() == "highest"
+    if torch.cuda.is_available():
+        prepare_process(RuntimeConfig(device="cuda", threads=1, fast_malloc=False, tf32=True))
+        assert torch.get_float32_matmul_precision() == "high"
+        prepare_process(RuntimeConfig(device="cuda", threads=1, fast_malloc=False))
+        assert torch.get_float32_matmul_precision() == "highest"

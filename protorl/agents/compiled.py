@@ -1,11 +1,14 @@
 """An agent's whole update as one compiled graph (`runtime.compile_update`).
 
 `torch.compile(fullgraph=True)` compiles the mode's update (forward, gradients, Adam steps, target EMAs, the
-candidate queue and the k-NN reward): a graph break is an error, never a silent split. Which parts run at a step
+candidate queue and the k-NN reward): a graph break is an error (`ConfigError`, one line naming the agent and
+torch's reason), never a silent split. Which parts run at a step
 (`UpdateSteps`) is decided on the host, so each combination is one graph, compiled the first time it is met.
 Random draws fall back to PyTorch's own kernels (inductor's `fallback_random`), so a compiled update draws the
 same numbers as the eager one and the two differ only by the rounding of fused arithmetic. Any later compilation
-(a recompilation: a shape, a dtype or a guarded value that changed) is logged in one line and allowed. With
+(a recompilation: a shape, a dtype or a guarded value that changed) is logged in one line and allowed. Agents of
+one class and sizes share their graphs (the parameters are the graphs' inputs): a run's later phases, e.g. four
+fine-tunings, compile nothing again. With
 `cuda_graphs`, each graph is replayed as a CUDA graph; its metrics are copied out of the graph's memory.
 """
 
@@ -17,6 +20,7 @@ from collections.abc import Callable
 import torch
 
 from protorl.agents.sac import Metrics, UpdateSteps
+from protorl.errors import ConfigError
 from protorl.replay import Batch
 
 log = logging.getLogger("protorl")
@@ -40,8 +44,16 @@ class CompiledUpdate:
     def __call__(self, batch: Batch, steps: UpdateSteps) -> Metrics:
         key = steps_key(steps)
         if key not in self.graphs:  # its first compilation, expected
+            try:
+                metrics = self._copied(self.compiled(batch, steps))
+            except Exception as error:
+                if not type(error).__module__.startswith(("torch._dynamo", "torch._inductor")):
+                    raise
+                reason = str(error).strip().splitlines()[0][:300] if str(error).strip() else type(error).__name__
+                raise ConfigError(f"runtime.compile_update=true: the update of {self.name} does not compile as one "
+                                  f"graph ({reason}); run without runtime.compile_update") from error
             self.graphs.add(key)
-            return self._copied(self.compiled(batch, steps))
+            return metrics
         try:
             with torch.compiler.set_stance("fail_on_recompile"):
                 return self._copied(self.compiled(batch, steps))
