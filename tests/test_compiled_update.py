@@ -19,7 +19,7 @@ from protorl.agents import RandomAgent
 from protorl.errors import ConfigError
 from protorl.replay import Batch
 from protorl.storage.snapshots import load_snapshot
-from tests.agents import tiny_agent, tiny_config
+from tests.agents import PIXEL_OBS_SHAPE, tiny_agent, tiny_config
 from tests.runs import STATES, assert_ok, csv_rows, read_rows, run, start
 
 UPDATES = 12  # past the queue's filling and the projector's settling, so the compiled graphs run
@@ -64,6 +64,26 @@ def test_compiled_update_equals_eager_to_rounding(name, mode):
     for key in ("actor", "critic", "critic_target"):
         for param, value in eager_state[key].items():
             torch.testing.assert_close(compiled_state[key][param], value, **TOLERANCE)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("mode", ["pretrain", "frozen"])
+def test_compiled_pixel_update_equals_eager_to_rounding(mode):
+    """From pixels: the augmentation's random shifts, the conv encoder (in micro-batches) and its gradient."""
+    eager, compiled = tiny_agent("proto", mode, seed=0), tiny_agent("proto", mode, seed=0)
+    compiled.compile_update()
+    generator = torch.Generator().manual_seed(3)
+
+    def frames() -> torch.Tensor:
+        return torch.randint(0, 256, (8, *PIXEL_OBS_SHAPE), dtype=torch.uint8, generator=generator)
+
+    data = [Batch(obs=frames(), action=torch.rand(8, 2, generator=generator) * 2 - 1,
+                  reward=torch.rand(8, 1, generator=generator), discount=torch.ones(8, 1), next_obs=frames())
+            for _ in range(UPDATES)]
+    eager_metrics, compiled_metrics = updates(eager, data), updates(compiled, data)
+    assert compiled._compiled.graphs and compiled._compiled.recompilations == 0
+    for key, value in eager_metrics[-1].items():
+        torch.testing.assert_close(compiled_metrics[-1][key], value, **TOLERANCE, msg=key)
 
 
 @pytest.mark.slow
@@ -147,22 +167,20 @@ def test_metrics_leave_a_cuda_graph_update_in_one_copy():
 
 
 @pytest.mark.slow
-def test_agents_compiled_one_after_another_share_their_graphs():
-    """A run's phases build one agent after another (protorl-train: four fine-tunings and more): the later agents of
-    the same class and sizes run the graphs the first one compiled, without compiling again."""
+def test_agents_compiled_one_after_another_each_run_compiled():
+    """A run's phases build one agent after another (protorl-train: a pre-training, four fine-tunings and more): each
+    runs its own compiled graphs, past torch's limit of 8 graphs per function, and computes what the eager one does."""
     data = batches(2)
-    first = states_agent("random", "frozen")
-    first.compile_update()
-    updates(first, data)
-    with torch.compiler.set_stance("fail_on_recompile"):  # a compilation now would raise
-        for _ in range(4):
-            agent = states_agent("random", "frozen")
-            agent.compile_update()
-            eager = states_agent("random", "frozen")
-            compiled_metrics, eager_metrics = updates(agent, data)[-1], updates(eager, data)[-1]
-            for key, value in eager_metrics.items():
-                torch.testing.assert_close(compiled_metrics[key], value, **TOLERANCE, msg=key)
-            assert len(agent._compiled.graphs) == 2
+    for _ in range(5):  # 2 graphs each
+        agent, eager = states_agent("random", "frozen"), states_agent("random", "frozen")
+        agent.compile_update()
+        updates(agent, data)  # compiles its two graphs
+        with torch.compiler.set_stance("fail_on_recompile"):  # running eagerly or compiling again would raise
+            compiled_metrics = updates(agent, data)[-1]
+        updates(eager, data)
+        for key, value in updates(eager, data)[-1].items():
+            torch.testing.assert_close(compiled_metrics[key], value, **TOLERANCE, msg=key)
+        assert len(agent._compiled.graphs) == 2 and agent._compiled.recompilations == 0
 
 
 class HostReadingAgent(RandomAgent):

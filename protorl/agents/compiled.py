@@ -6,9 +6,10 @@ torch's reason), never a silent split. Which parts run at a step
 (`UpdateSteps`) is decided on the host, so each combination is one graph, compiled the first time it is met.
 Random draws fall back to PyTorch's own kernels (inductor's `fallback_random`), so a compiled update draws the
 same numbers as the eager one and the two differ only by the rounding of fused arithmetic. Any later compilation
-(a recompilation: a shape, a dtype or a guarded value that changed) is logged in one line and allowed. Agents of
-one class and sizes share their graphs (the parameters are the graphs' inputs): a run's later phases, e.g. four
-fine-tunings, compile nothing again. With
+(a recompilation: a shape, a dtype or a guarded value that changed) is logged in one line and allowed. A run
+compiles one agent at a time: a new compiled update drops the compiled code of the agents before it, whose phases
+have ended (torch keeps a limited number of graphs per function, and past it would run a later phase's update
+eagerly, unannounced). With
 `cuda_graphs`, each graph is replayed as a CUDA graph; its metrics are copied out of the graph's memory.
 """
 
@@ -36,6 +37,7 @@ class CompiledUpdate:
 
     def __init__(self, update: Callable[[Batch, UpdateSteps], Metrics], name: str, cuda_graphs: bool = False):
         self.name, self.cuda_graphs = name, cuda_graphs
+        torch.compiler.reset()  # the agents before this one are done (the module's docstring)
         self.compiled = torch.compile(update, fullgraph=True,
                                       options={"fallback_random": True, "triton.cudagraphs": cuda_graphs})
         self.graphs: set[tuple[bool, ...]] = set()  # the combinations compiled so far

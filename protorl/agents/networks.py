@@ -69,9 +69,8 @@ class PixelEncoder(nn.Module):
         return self._encode(obs)
 
     def _encode(self, obs: torch.Tensor) -> torch.Tensor:
-        # uint8 -> float32, written channels-last in the same pass whatever the input's layout
-        x = torch.empty(obs.shape, dtype=torch.float32, device=obs.device, memory_format=torch.channels_last)
-        torch.mul(obs, 1.0 / 255.0, out=x)
+        # channels-last (a copy of the uint8 pixels, unless they are so already), then to float32 in that layout
+        x = obs.contiguous(memory_format=torch.channels_last) * (1.0 / 255.0)
         with torch.autocast(x.device.type, dtype=torch.bfloat16) if self.bf16 else contextlib.nullcontext():
             h = self.convnet(x)  # (B, 32, 35, 35) stored channels-last
         return h.float().permute(0, 2, 3, 1).flatten(1)  # flattened in storage order (H, W, C): a view, no copy

@@ -77,13 +77,7 @@ class Adam:
             # Adam's moments and step counts in lists, so that a compiled update reads lists, not dicts
             self._state = ([s["exp_avg"] for s in states], [s["exp_avg_sq"] for s in states],
                            [s["step"] for s in states])
-            self._read_hyper_parameters()
 
-    def _read_hyper_parameters(self) -> None:
-        group = self.optimizer.param_groups[0]
-        self._hyper = dict(beta1=group["betas"][0], beta2=group["betas"][1], lr=group["lr"],
-                           weight_decay=group["weight_decay"], eps=group["eps"])
-        self._kernel = dict(foreach=group["foreach"], capturable=group["capturable"], fused=group["fused"])
 
     @torch.no_grad()
     def _create_state(self) -> None:
@@ -113,7 +107,6 @@ class Adam:
             for key, tensor in own[param].items():
                 tensor.copy_(loaded[key]) if key in loaded else tensor.zero_()
             self.optimizer.state[param] = own[param]
-        self._read_hyper_parameters()
 
     def apply(self, grads: list[torch.Tensor]) -> None:
         """One Adam step of every parameter with `grads` (one per parameter, in order)."""
@@ -121,9 +114,12 @@ class Adam:
             self.optimizer.step()
             return
         exp_avgs, exp_avg_sqs, steps = self._state
-        kernel = dict(foreach=True, capturable=True, fused=None) if torch.compiler.is_compiling() else self._kernel
+        group = self.optimizer.param_groups[0]  # its hyper-parameters as they are now (a change recompiles)
+        kernel = dict(foreach=True, capturable=True, fused=None) if torch.compiler.is_compiling() else dict(
+            foreach=group["foreach"], capturable=group["capturable"], fused=group["fused"])
         adam(self.params, grads, exp_avgs, exp_avg_sqs, [], steps, **kernel, amsgrad=False, maximize=False,
-             **self._hyper)
+             beta1=group["betas"][0], beta2=group["betas"][1], lr=group["lr"], weight_decay=group["weight_decay"],
+             eps=group["eps"])
 
 
 def gradient_step(loss_fn: Callable[..., tuple[torch.Tensor, Any]], args: tuple, *optimizers: Adam
