@@ -29,6 +29,7 @@ ROOT = Path(__file__).resolve().parent.parent
 
 OBS_DIM, ACTION_DIM = 4, 2
 SIZES = ((32, 256), (1024, 1024))
+WARMUP = 16  # updates before timing
 ROWS = (("proto", "pretrain"), ("proto", "frozen"), ("random", "pretrain"))
 # --obs pixels: the paper's Proto-RL from 84x84 pixels (walker: 6-d actions), hidden 1024, batch 32 and 512
 PIXEL_OBS, PIXEL_ACTION_DIM, PIXEL_BATCHES = (9, 84, 84), 6, (32, 512)
@@ -86,11 +87,12 @@ def _worker(agent_name: str, mode: str, batch: int, hidden: int, device: str, up
         return time.perf_counter() - start
 
     agents = {False: build(False), True: build(True)}
-    warmup = {compiled: timed(agent, 0, 24) for compiled, agent in agents.items()}  # queue full, graphs compiled
+    # warm-up: the queue fills (4 updates), the projector's momentum settles (10), every graph compiles
+    warmup = {compiled: timed(agent, 0, WARMUP) for compiled, agent in agents.items()}
     best = {False: float("inf"), True: float("inf")}
     for round_ in range(rounds):
         for compiled in ((False, True) if round_ % 2 == 0 else (True, False)):
-            best[compiled] = min(best[compiled], timed(agents[compiled], 24 + round_ * updates, updates) / updates)
+            best[compiled] = min(best[compiled], timed(agents[compiled], WARMUP + round_ * updates, updates) / updates)
     return {"eager_ms": best[False] * 1e3, "compiled_ms": best[True] * 1e3,
             "compile_s": warmup[True] - warmup[False]}
 
@@ -103,11 +105,13 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=5, help="alternating timed blocks of each variant")
     parser.add_argument("--quick", action="store_true", help="the batch-32 rows only")
     parser.add_argument("--obs", choices=("states", "pixels"), default="states")
+    parser.add_argument("--pixel-batches", type=int, nargs="+", help="with --obs pixels: these batch sizes only")
     args = parser.parse_args()
     print(f"{'agent':8} {'mode':9} {'batch':>5} {'hidden':>6} {'eager ms':>9} {'compiled ms':>11} {'speed-up':>8} "
           f"{'compile s':>9}")
     if args.obs == "pixels":
-        sizes, rows = [(batch, 1024) for batch in PIXEL_BATCHES[:1 if args.quick else 2]], ROWS[:2]
+        batches = PIXEL_BATCHES[:1] if args.quick else args.pixel_batches or PIXEL_BATCHES
+        sizes, rows = [(batch, 1024) for batch in batches], ROWS[:2]
     else:
         sizes, rows = SIZES[:1] if args.quick else SIZES, ROWS
     for batch, hidden in sizes:

@@ -12,6 +12,7 @@ import os
 import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 # each agent's own sizes in a tiny run (the shared ones are in STATES and TINY)
@@ -149,3 +150,12 @@ def tensorboard_scalars(log_dir: Path) -> list[tuple[str, int, float]]:
                 if number is not None:
                     scalars.append((value.tag, int(event.step), float(number)))
     return sorted(scalars)
+
+
+def wait_for_rows(process, train_csv: Path, rows: int, timeout_s: float = 150) -> None:
+    """Until the running `process` has logged `rows` episodes to `train_csv`."""
+    deadline = time.time() + timeout_s
+    while csv_rows(train_csv) < rows:
+        assert process.poll() is None, f"the run ended before episode {rows}"
+        assert time.time() < deadline, f"no episode {rows} within {timeout_s:.0f} s"
+        time.sleep(0.01)

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import copy
 import signal
-import time
 
 import pytest
 import torch
@@ -20,7 +19,7 @@ from protorl.errors import ConfigError
 from protorl.replay import Batch
 from protorl.storage.snapshots import load_snapshot
 from tests.agents import PIXEL_OBS_SHAPE, tiny_agent, tiny_config
-from tests.runs import STATES, assert_ok, csv_rows, read_rows, run, start
+from tests.runs import STATES, assert_ok, read_rows, run, start, wait_for_rows
 
 UPDATES = 12  # past the queue's filling and the projector's settling, so the compiled graphs run
 # float32 rounding (~1e-7) grows through a dozen dependent Adam steps; a wrong term in a loss moves these by > 1e-2
@@ -118,11 +117,7 @@ def test_a_compiled_run_killed_resumes_to_its_uninterrupted_result(tmp_path):
     assert_ok(run("pretrain", *command, run_dir=straight))
     process = start("pretrain", *command, run_dir=killed)
     train_csv = killed / "pretrain" / "train.csv"
-    deadline = time.time() + 300  # compiling takes seconds
-    while csv_rows(train_csv) < 3:
-        assert process.poll() is None, "the run ended before its third episode"
-        assert time.time() < deadline, "no third episode within 300 s"
-        time.sleep(0.01)
+    wait_for_rows(process, train_csv, 3, timeout_s=300)  # compiling takes seconds
     process.send_signal(signal.SIGKILL)
     process.wait()
 

@@ -16,7 +16,7 @@ import torch
 from protorl.errors import CheckpointError
 from protorl.storage.checkpoints import CHECKPOINT_VERSION, list_checkpoints, load_checkpoint
 from protorl.storage.snapshots import load_snapshot
-from tests.runs import TINY, assert_ok, csv_rows, read_csv, read_rows, run, start
+from tests.runs import TINY, assert_ok, read_csv, read_rows, run, start, wait_for_rows
 
 pytestmark = pytest.mark.slow  # the slow tier: this module runs protorl's commands or real training
 
@@ -53,11 +53,7 @@ def test_killed_run_resumes_to_the_same_result(uninterrupted, tmp_path):
     run_dir = tmp_path / "killed"
     process = start("pretrain", *RUN, run_dir=run_dir)  # the command below, in the background
     train_csv = run_dir / "pretrain" / "train.csv"
-    deadline = time.time() + 150
-    while csv_rows(train_csv) < 3:
-        assert process.poll() is None, "the run ended before its third episode"
-        assert time.time() < deadline, "no third episode within 150 s"
-        time.sleep(0.01)
+    wait_for_rows(process, train_csv, 3)
     process.send_signal(signal.SIGKILL)
     process.wait()
     checkpoints = run_dir / "pretrain" / "checkpoints"
@@ -72,15 +68,6 @@ def test_killed_run_resumes_to_the_same_result(uninterrupted, tmp_path):
     assert rows_without_timing(run_dir) == rows_without_timing(uninterrupted)  # 5 rows, none twice
     assert_same_agent(final_agent(run_dir), final_agent(uninterrupted))
     assert [p.name for p in list_checkpoints(checkpoints)] == ["checkpoint_2000.pt", "checkpoint_4000.pt"]
-
-
-def wait_for_rows(process, train_csv: Path, rows: int) -> None:
-    """Until the running `process` has logged `rows` episodes to `train_csv`."""
-    deadline = time.time() + 150
-    while csv_rows(train_csv) < rows:
-        assert process.poll() is None, f"the run ended before episode {rows}"
-        assert time.time() < deadline, f"no episode {rows} within 150 s"
-        time.sleep(0.01)
 
 
 def interrupted_line(process) -> str:
