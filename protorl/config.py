@@ -356,6 +356,11 @@ def renamed_message(key: str) -> str:
     return f"{key} is now {RENAMED[key]}: the settings are grouped (every key: docs/commands.md; CHANGELOG.md)"
 
 
+def unknown_key_message(keys: list[str]) -> str:
+    """The one line that refuses keys protorl does not have (dotted: `group.key`)."""
+    return f"unknown config key {', '.join(keys)}: not a protorl setting (every key: docs/commands.md)"
+
+
 def grouped(saved: dict) -> dict:
     """A saved config (a run directory's config.yaml as a dict) on today's keys: one written with the flat keys
     before the groups is moved into them; one written since is returned as it is."""

@@ -231,6 +231,14 @@ def test_unknown_key_is_refused_before_any_output(tmp_path):
     assert not (tmp_path / "run").exists()
 
 
+@pytest.mark.parametrize("override", ["foo=1", "+foo=1"])
+def test_an_unknown_top_level_key_is_one_line_that_suggests_nothing_refused(tmp_path, override):
+    """Hydra's own message for `foo=1` suggests `+foo=1`, which protorl refuses: both get protorl's one line."""
+    line = assert_user_error(run("pretrain", override, run_dir=tmp_path / "run"), "unknown config key foo")
+    assert "+foo" not in line
+    assert not (tmp_path / "run").exists()
+
+
 def test_diverging_run_stops_with_a_clear_message(tmp_path):
     """A learning rate of 1e30 sends the weights to inf within a few updates: the run must stop, say which
     metric went non-finite, and not write a finished result."""

@@ -1,6 +1,7 @@
 """Overlapping the environment's step with the agent's update (`runtime.overlap_env_step`) changes nothing: the
 run's logs, networks, optimisers, replay and random states are the serial run's bit for bit, through a real
-pre-training from pixels (the loop is the same for every phase)."""
+pre-training from pixels (the loop is the same for every phase). Bit for bit is a promise for the CPU (on a GPU
+two runs of the same command already differ in their last bits: docs/runs.md), so these runs are on the CPU."""
 
 from __future__ import annotations
 
@@ -15,8 +16,9 @@ from tests.runs import read_rows
 
 pytestmark = pytest.mark.slow  # the slow tier: this module runs protorl's commands or real training
 
-# wall times, and the logs' byte lengths (their rows hold wall times): the entries of a checkpoint that may differ
-UNTIMED = {"elapsed_s", "wall_time_s", "logger"}
+# wall times, the logs' byte lengths (their rows hold wall times) and the run's own settings (its directory and
+# runtime.overlap_env_step): the entries of a checkpoint that may differ
+UNTIMED = {"elapsed_s", "wall_time_s", "logger", "settings"}
 
 
 def tiny_pixels(run_dir, overlap_env_step: bool, **fields) -> Config:
@@ -32,7 +34,7 @@ def tiny_pixels(run_dir, overlap_env_step: bool, **fields) -> Config:
         "snapshots": {"at_frames": []},
         "checkpoints": {"every_frames": 1000, "keep_completed": True},
         "logging": {"progress_bar": False, "tensorboard": False},
-        "runtime": {"threads": 1, "overlap_env_step": overlap_env_step},
+        "runtime": {"device": "cpu", "threads": 1, "overlap_env_step": overlap_env_step},
     }
     return config_of(settings, **fields)
 

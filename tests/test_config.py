@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import os
 import re
 import subprocess
 import sys
@@ -19,6 +20,12 @@ from tests.agents import config_of, update
 from tests.runs import TIMEOUT_S, assert_user_error, environment
 
 ROOT = Path(__file__).resolve().parents[1]
+
+
+def checkout_first() -> dict[str, str]:
+    """The tests' environment with this checkout first on the import path (run from another directory)."""
+    return {**environment(), "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
+
 
 # -- validation --------------------------------------------------------------------------------------
 
@@ -300,7 +307,7 @@ def test_a_flat_key_on_the_command_line_is_refused_naming_its_new_key(command, o
     code = f"from protorl.app.cli import {command}; {command}()"
     result = subprocess.run([sys.executable, "-c", code, override, f"hydra.run.dir={tmp_path / 'run'}"],
                             capture_output=True, text=True, timeout=TIMEOUT_S, cwd=tmp_path,
-                            env={**environment(), "PYTHONPATH": str(ROOT)})
+                            env=checkout_first())
     line = assert_user_error(result, f"{key} is now {RENAMED[key]}")
     assert line == f"protorl: error: {renamed_message(key)}"
     assert not (tmp_path / "run").exists()
@@ -318,7 +325,7 @@ def test_a_flat_key_in_an_experiment_file_of_ones_own_is_refused_naming_its_new_
             f"hydra.run.dir={tmp_path / 'run'}", f"hydra.sweep.dir={tmp_path / 'sweep'}"]
     result = subprocess.run([sys.executable, "-c", "from protorl.app.cli import train; train()", *args],
                             capture_output=True, text=True, timeout=TIMEOUT_S, cwd=tmp_path,
-                            env={**environment(), "PYTHONPATH": str(ROOT)})
+                            env=checkout_first())
     assert result.returncode == 2, result.stderr
     assert renamed_message("obs") in result.stderr
     assert not (tmp_path / "run").exists() and not (tmp_path / "sweep").exists()

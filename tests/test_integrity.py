@@ -8,9 +8,13 @@ Every run here is a tiny run from states driven through the real console command
 from __future__ import annotations
 
 import hashlib
+import json
 import re
+import resource
 import shutil
 import struct
+import subprocess
+import sys
 import zipfile
 from pathlib import Path
 
@@ -22,9 +26,11 @@ from omegaconf import OmegaConf
 import protorl
 from protorl.app.tools import probe
 from protorl.errors import SnapshotError, UnreadableFileError
-from protorl.storage.checkpoints import list_checkpoints, load_newest_checkpoint
-from protorl.storage.snapshots import load_snapshot
-from tests.runs import STATES, assert_ok, assert_user_error, read_rows, run, tensorboard_scalars
+from protorl.reports.io import read_result
+from protorl.storage.checkpoints import list_checkpoints, load_checkpoint, load_newest_checkpoint
+from protorl.storage.digests import unsealed_record
+from protorl.storage.snapshots import load_snapshot, save_snapshot
+from tests.runs import STATES, assert_ok, assert_user_error, environment, read_rows, run, tensorboard_scalars
 
 pytestmark = pytest.mark.slow  # the fault-injection tier: real runs, corrupted files
 
@@ -193,7 +199,8 @@ def test_a_snapshot_written_before_digests_is_fine_tuned_with_a_note(straight, t
     """What protorl 0.2.0 wrote, `torch.save` of the same payload without a digest: it is used, with one line
     saying it cannot be verified, and recorded by the SHA-256 of the file."""
     older = tmp_path / "older.pt"
-    torch.save(read_by_torch_alone(straight / "pretrain" / "snapshots" / "snapshot_4000.pt"), older)
+    payload = read_by_torch_alone(straight / "pretrain" / "snapshots" / "snapshot_4000.pt")
+    torch.save({**payload, "format_version": 3}, older)  # format 4 is always written with a digest
     result = run("finetune", *FINETUNE, f"snapshot={older}", run_dir=tmp_path / "ft")
     assert_ok(result)
     notes = [line for line in (result.stdout + result.stderr).splitlines() if "cannot be verified" in line]
@@ -234,3 +241,203 @@ def test_a_run_directory_name_too_long_is_one_line(tmp_path):
 def test_an_unquoted_path_hydra_cannot_read_is_one_line_saying_to_quote_it(tmp_path):
     result = run("finetune", *FINETUNE, f"snapshot={tmp_path}/é.pt", run_dir=tmp_path / "ft")
     assert_user_error(result, "cannot read the override", "must be quoted", f"\"snapshot='{tmp_path}/é.pt'\"")
+
+
+# files that are not this run's, or lost their digest: never trusted ------------------------------------------------
+def strip_digest(path: Path) -> None:
+    """Remove the digest from a protorl archive as a zip tool rewriting its comment would: the file ends as one
+    written before digests existed."""
+    data = bytearray(path.read_bytes()[:-len("protorl sha256 ") - 64])
+    data[-2:] = b"\0\0"  # the end record's comment length
+    path.write_bytes(bytes(data))
+
+
+@pytest.fixture(scope="module")
+def other_runs(tmp_path_factory) -> dict[str, Path]:
+    """RUN with one setting changed (a learning rate; the seed), to 3000 frames: the checkpoints of other runs."""
+    root = tmp_path_factory.mktemp("other")
+    runs = {}
+    for name, override in (("lr", "agent.lr=0.0003"), ("seed", "seed=2")):
+        runs[name] = root / name
+        assert_ok(run("pretrain", *RUN, override, "pretrain_frames=3000", run_dir=runs[name]))
+    return runs
+
+
+@pytest.mark.parametrize(("other", "named"), [("lr", "agent.lr=0.0003 (now 0.0001)"),
+                                              ("seed", "pretrain on point_mass_easy seed 2, not pretrain on "
+                                                       "point_mass_easy seed 1")])
+def test_a_checkpoint_of_another_run_is_moved_aside_and_the_run_resumes_its_own(straight, other_runs, tmp_path,
+                                                                                 other, named):
+    """The newest checkpoint replaced by another run's (one setting or the seed differs): named in one line, moved
+    aside, and the run resumes from its own checkpoint before it, to the straight run's end."""
+    run_dir = killed_after(straight, tmp_path, 2000)
+    foreign = run_dir / "pretrain" / "checkpoints" / "checkpoint_3000.pt"
+    shutil.copy(other_runs[other] / "pretrain" / "checkpoints" / "checkpoint_3000.pt", foreign)
+    result = run("pretrain", *RUN, run_dir=run_dir)
+    assert_ok(result)
+    lines = [line for line in (result.stdout + result.stderr).splitlines() if "of another run" in line]
+    assert len(lines) == 1 and f"checkpoint {foreign} is of another run" in lines[0] and named in lines[0], lines
+    assert "moving it aside (.other-run), resuming from the checkpoint before it" in lines[0]
+    assert foreign.with_suffix(".pt.other-run").is_file()
+    assert_same_run(run_dir, straight)
+
+
+def test_a_checkpoint_whose_digest_was_stripped_is_corrupted_not_old(straight, tmp_path):
+    """Its version says it was written with a digest: without one, and with a bit flipped, it is moved aside as
+    unreadable and the run resumes from the checkpoint before it, to the straight run's end."""
+    run_dir = killed_after(straight, tmp_path, 3000)
+    newest = run_dir / "pretrain" / "checkpoints" / "checkpoint_3000.pt"
+    strip_digest(newest)
+    flip_bytes(newest, 0, in_tensors=True)
+    assert read_by_torch_alone(newest)["checkpoint_version"] == 5  # torch alone reads it
+    result = run("pretrain", *RUN, run_dir=run_dir)
+    assert_ok(result)
+    output = result.stdout + result.stderr
+    assert f"checkpoint {newest}: has no digest, although its checkpoint_version 5 is always written with one" in \
+        output
+    assert "without a digest" not in output  # not taken for a file of before digests
+    assert newest.with_suffix(".pt.unreadable").is_file()
+    assert_same_run(run_dir, straight)
+
+
+def test_a_snapshot_whose_digest_was_stripped_is_refused_in_one_line(straight, tmp_path, capsys):
+    snapshot = Path(shutil.copy(straight / "pretrain" / "snapshots" / "snapshot_4000.pt", tmp_path / "s.pt"))
+    strip_digest(snapshot)
+    with pytest.raises(UnreadableFileError, match=r"has no digest, although its format_version 4"):
+        load_snapshot(snapshot)
+    with pytest.raises(SystemExit) as stop:
+        probe([str(snapshot), "--samples", "20"])
+    assert stop.value.code == 2 and capsys.readouterr().err.strip().count("\n") == 0
+    assert_user_error(run("finetune", *FINETUNE, f"snapshot={snapshot}", run_dir=tmp_path / "ft"), str(snapshot),
+                      "has no digest")
+    assert not (tmp_path / "ft").exists()
+
+
+def test_a_result_record_whose_digest_was_removed_is_not_taken_as_complete(straight, tmp_path):
+    """result.json with its `sha256` key removed and its frames edited: the phase is not taken as complete, by the
+    run (which resumes it from its checkpoint, to the same end) or by the reports."""
+    run_dir = Path(shutil.copytree(straight, tmp_path / "edited"))
+    record = run_dir / "pretrain" / "result.json"
+    data = json.loads(record.read_text())
+    del data["sha256"]
+    data["frames"] = 99
+    record.write_text(json.dumps(data))
+    assert read_result(run_dir / "pretrain") is None
+    result = run("pretrain", *RUN, run_dir=run_dir)
+    assert_ok(result)
+    assert f"{record} cannot be read (it has no digest, although its record_version 2" in \
+        result.stdout + result.stderr
+    assert unsealed_record(record.read_text())["frames"] == 4000
+    assert_same_run(run_dir, straight)
+
+
+def test_a_digest_mismatch_names_both_digests_whole(straight, tmp_path):
+    checkpoint = Path(shutil.copy(straight / "pretrain" / "checkpoints" / "checkpoint_1000.pt", tmp_path / "c.pt"))
+    flip_bytes(checkpoint, 0, in_tensors=True)
+    with pytest.raises(UnreadableFileError) as error:
+        load_checkpoint(checkpoint)
+    found, written = re.search(r"SHA-256 ([0-9a-f]{64}) now, ([0-9a-f]{64}) when written", str(error.value)).groups()
+    assert found != written
+
+
+# non-finite weights: refused before anything is written ------------------------------------------------------------
+def test_a_snapshot_with_non_finite_weights_is_refused_in_one_line_everywhere(straight, tmp_path, capsys):
+    """A pre-training that diverged wrote NaN into its actor: with a valid digest, the snapshot is refused by
+    load_pretrained, the probe and the fine-tuning, each in one line, before a run directory is written."""
+    payload = load_snapshot(straight / "pretrain" / "snapshots" / "snapshot_4000.pt")
+    weight = next(key for key, value in payload["agent"]["actor"].items() if value.is_floating_point())
+    payload["agent"]["actor"][weight][0] = float("nan")
+    snapshot = save_snapshot(tmp_path / "nan.pt", payload["agent"], payload["env_spec"], payload["config"],
+                             payload["frames"])
+    with pytest.raises(SnapshotError, match=rf"agent\.actor\.{re.escape(weight)} hold non-finite values"):
+        protorl.load_pretrained(snapshot)
+    with pytest.raises(SystemExit) as stop:
+        probe([str(snapshot), "--samples", "20"])
+    error = capsys.readouterr().err.strip()
+    assert stop.value.code == 2 and error.count("\n") == 0 and "non-finite values" in error
+    assert_user_error(run("finetune", *FINETUNE, f"snapshot={snapshot}", run_dir=tmp_path / "ft"), str(snapshot),
+                      "non-finite values")
+    assert not (tmp_path / "ft").exists()
+
+
+# interrupted writes: one line, nothing lost -------------------------------------------------------------------------
+def test_a_checkpoint_write_the_disk_cannot_take_is_one_line_and_loses_nothing(tmp_path):
+    """The disk refuses the first checkpoint's bytes part way (here: a limit on the size of any file the process
+    writes, the write failing with EFBIG as on a full disk with ENOSPC): one line naming the file and the cause,
+    exit status 2, no temporary file left; rerun without the limit, the run ends as one never stopped."""
+    reference = tmp_path / "reference"
+    assert_ok(run("pretrain", *RUN, "pretrain_frames=2000", run_dir=reference))
+    size = (reference / "pretrain" / "checkpoints" / "checkpoint_1000.pt").stat().st_size
+    run_dir = tmp_path / "limited"
+    limit = lambda: resource.setrlimit(resource.RLIMIT_FSIZE, (size // 2, resource.RLIM_INFINITY))  # noqa: E731
+    result = run("pretrain", *RUN, "pretrain_frames=2000", run_dir=run_dir, preexec_fn=limit)
+    line = assert_user_error(result, f"cannot write {run_dir / 'pretrain' / 'checkpoints' / 'checkpoint_1000.pt'}",
+                             "File too large")
+    assert "Traceback" not in result.stderr and line
+    assert not list((run_dir / "pretrain" / "checkpoints").glob("*"))  # neither the checkpoint nor its .tmp
+    assert_ok(run("pretrain", *RUN, "pretrain_frames=2000", run_dir=run_dir))
+    for name in ("train.csv", "eval.csv"):
+        assert read_rows(run_dir / "pretrain" / name) == read_rows(reference / "pretrain" / name), name
+
+
+DISK_REFUSES_PART_WAY = """
+import resource, sys, torch
+from pathlib import Path
+from protorl.storage.atomic import atomic_save
+from protorl.errors import CheckpointError
+
+path = Path(sys.argv[1])
+atomic_save({"old": torch.ones(3)}, path)
+# the disk takes this many bytes of a file and no more: the write fails before, inside or after torch's records
+for limit in (1000, 5000, 20000, 60000, 150000):
+    resource.setrlimit(resource.RLIMIT_FSIZE, (limit, resource.RLIM_INFINITY))
+    try:
+        atomic_save({"a": torch.zeros(50000), "b": torch.ones(20000), "c": list(range(1000))}, path)
+    except CheckpointError as error:
+        print(limit, error, sorted(p.name for p in path.parent.iterdir()))
+"""
+
+
+def test_a_write_the_disk_refuses_part_way_is_one_error_naming_the_file_and_the_cause(tmp_path):
+    """Wherever the disk stops taking bytes (a file-size limit: EFBIG, as a full disk gives ENOSPC), even inside
+    torch's archive writer, which reports it as an error of its own: one `CheckpointError` with the cause, the
+    temporary file removed, the file before it intact."""
+    path = tmp_path / "f.pt"
+    result = subprocess.run([sys.executable, "-c", DISK_REFUSES_PART_WAY, str(path)], capture_output=True, text=True,
+                            timeout=120, env=environment())
+    assert result.returncode == 0, result.stderr
+    lines = result.stdout.strip().splitlines()
+    assert len(lines) == 5, result.stdout
+    for line in lines:
+        assert line.endswith(f"cannot write {path}: File too large ['f.pt']"), line
+
+
+CTRL_C_DURING_A_WRITE = """
+import os, signal, sys, threading, time
+from pathlib import Path
+import torch
+from protorl.storage.atomic import atomic_save, safe_load
+
+path = Path(sys.argv[1])
+atomic_save({"old": torch.ones(3)}, path)
+tmp = path.with_suffix(".pt.tmp")
+def press():  # Ctrl-C once the write has begun
+    while not (tmp.exists() and tmp.stat().st_size > 0):
+        time.sleep(0.001)
+    os.kill(os.getpid(), signal.SIGINT)
+threading.Thread(target=press, daemon=True).start()
+try:
+    atomic_save({"new": torch.zeros(2**27)}, path)  # 512 MiB: a write of a second or more
+except KeyboardInterrupt:
+    payload, digest = safe_load(path, "file", RuntimeError, ("format", 1))
+    print("interrupted after the write:", sorted(payload), digest is not None, tmp.exists())
+"""
+
+
+def test_ctrl_c_during_a_write_takes_effect_once_the_file_is_whole(tmp_path):
+    """Ctrl-C (a real SIGINT) while a file is being written: torch's writer is not interrupted mid-record (which can
+    abort the process); the interrupt is raised once the file is whole, and the file is the new one."""
+    result = subprocess.run([sys.executable, "-c", CTRL_C_DURING_A_WRITE, str(tmp_path / "f.pt")],
+                            capture_output=True, text=True, timeout=300, env=environment())
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == "interrupted after the write: ['new'] True False", result.stdout + result.stderr

@@ -15,7 +15,7 @@ from omegaconf import OmegaConf
 
 import protorl
 from protorl.agents.proto.agent import ProtoConfig
-from protorl.config import Config, ConfigError
+from protorl.config import Config, ConfigError, TrainingConfig
 from protorl.envs import DMCEnv
 from protorl.errors import SnapshotError
 from protorl.runtime import prepare_process
@@ -49,6 +49,9 @@ def test_train_runs_both_phases_and_keeps_the_run_directory_contract(tmp_path):
 def test_bad_input_raises_one_clear_error_and_writes_nothing(tmp_path):
     with pytest.raises(ConfigError, match="unknown config key bogus"):
         protorl.train(tiny(tmp_path / "a"), bogus=1)
+    with pytest.raises(ConfigError, match=r"^env=TrainingConfig\(.*\): expected a protorl.config.EnvConfig or a dict "
+                                          r"of its keys$"):
+        protorl.pretrain(env=TrainingConfig(), run_dir=str(tmp_path / "e"))
     with pytest.raises(ConfigError, match="config='x': expected a protorl.config.Config"):
         protorl.train("x", run_dir=str(tmp_path / "x"))
     with pytest.raises(ConfigError, match="run_dir is required"):

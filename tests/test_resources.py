@@ -102,7 +102,8 @@ def test_the_estimate_is_within_2x_of_the_peak_resident_memory_of_a_tiny_run(tmp
         from pathlib import Path
         from protorl.app.resources import estimate_memory
         from tests.agents import tiny
-        cfg = tiny({str(tmp_path / "run")!r}, env={{"obs": {obs!r}, "image_size": 32}}, replay={{"capacity": 500}})
+        cfg = tiny({str(tmp_path / "run")!r}, env={{"obs": {obs!r}, "image_size": 32}}, replay={{"capacity": 500}},
+                   runtime={{"device": "cpu"}})
         estimate = estimate_memory(cfg, "train")  # as a command does, before it allocates anything
         protorl.train(cfg)
         peak_kib = next(int(line.split()[1]) for line in Path("/proc/self/status").read_text().splitlines()

@@ -195,7 +195,7 @@ def test_a_snapshot_carries_the_digest_of_its_content_and_older_readers_still_re
 def test_a_snapshot_written_before_digests_loads_with_a_note(saved, tmp_path, caplog):
     path, agent_state, *_ = saved
     older = tmp_path / "older.pt"
-    torch.save(torch.load(path, weights_only=True), older)  # what protorl 0.2.0 wrote: no digest
+    torch.save({**torch.load(path, weights_only=True), "format_version": 3}, older)  # what 0.2.0 wrote: no digest
     with caplog.at_level(logging.WARNING, logger="protorl"):
         payload = load_snapshot(older)
         load_snapshot(older)

@@ -27,7 +27,7 @@ from omegaconf.errors import OmegaConfBaseException
 
 from protorl.agents import BUILT_IN, registered_agents
 from protorl.app.exits import INTERRUPTED_STATUS, exit_interrupted, exit_with, one_line
-from protorl.config import RENAMED, Config, ConfigError, renamed_message
+from protorl.config import RENAMED, Config, ConfigError, renamed_message, unknown_key_message
 from protorl.errors import ProtorlError, did_you_mean
 
 log = logging.getLogger("protorl")
@@ -61,7 +61,7 @@ def _checked(cfg: DictConfig, command: str, overrides: Sequence[str],
 
     unknown = _unknown_keys(cfg, Config)
     if unknown:  # Hydra adds keys given with `+`; the typed config would drop them silently
-        raise ConfigError(f"unknown config key {', '.join(unknown)}: not a protorl setting (protorl/config.py)")
+        raise ConfigError(unknown_key_message(unknown))
     config: Config = OmegaConf.to_object(OmegaConf.merge(OmegaConf.structured(Config), cfg))
     named = [override.split("=", 1)[0].lstrip("+~") for override in overrides]
     return check(config, command, named, resources=resources)
@@ -225,7 +225,11 @@ def _hydra_message(error: Exception) -> str:
     """One line for an error of Hydra or OmegaConf: the key to write instead where it names a key the grouped
     config renamed (e.g. in an experiment file of one's own)."""
     key = re.search(r"(?:Key|override) '([\w.]+)'", str(error))
-    return renamed_message(key[1]) if key and key[1] in RENAMED else one_line(error)
+    if key and key[1] in RENAMED:
+        return renamed_message(key[1])
+    if key and str(error).startswith("Could not override"):  # Hydra's hint, `+key=value`, is refused too
+        return unknown_key_message([key[1]])
+    return one_line(error)
 
 
 def _renamed_override(arguments: Sequence[str]) -> str | None:

@@ -27,7 +27,17 @@ from protorl.app.duration import check_duration
 from protorl.app.phases import compares_without_pretraining, planned_phases
 from protorl.app.resources import check_memory
 from protorl.app.validate import check_named_task, validate
-from protorl.config import GROUPS, RENAMED, Config, ConfigError, downstream_tasks, invalid, renamed_message, type_errors
+from protorl.config import (
+    GROUPS,
+    RENAMED,
+    Config,
+    ConfigError,
+    downstream_tasks,
+    invalid,
+    renamed_message,
+    type_errors,
+    unknown_key_message,
+)
 from protorl.envs import make_env
 from protorl.logs.tracking import finish_run, phase_tracker, start_run
 from protorl.storage.atomic import write_text_atomic
@@ -68,7 +78,7 @@ def configured(config: Config | None, fields: dict) -> Config:
             raise ConfigError(renamed_message(key))
     unknown = sorted(set(fields) - {f.name for f in dataclasses.fields(Config)})
     if unknown:
-        raise ConfigError(f"unknown config key {', '.join(unknown)}: not a protorl setting (protorl/config.py)")
+        raise ConfigError(unknown_key_message(unknown))
     config = dataclasses.replace(config, **{key: _group(config, key, value) for key, value in fields.items()})
     for key, value, expected in type_errors(config):
         raise invalid(key, value, expected)
@@ -79,14 +89,18 @@ def configured(config: Config | None, fields: dict) -> Config:
 
 def _group(config: Config, key: str, value):
     """`value` for the field `key` of `config`: a dict given for a group changes those keys of the group's
-    current settings (`ConfigError` for a key the group does not have); anything else is taken as it is."""
-    if key not in GROUPS or not isinstance(value, dict):
+    current settings (`ConfigError` for a key the group does not have, or for a group given as another group's
+    class); anything else is taken as it is."""
+    if key not in GROUPS:
         return value
     group = getattr(config, key)
+    if not isinstance(value, dict | type(group)):
+        raise ConfigError(f"{key}={value!r}: expected a protorl.config.{type(group).__name__} or a dict of its keys")
+    if not isinstance(value, dict):
+        return value
     unknown = sorted(set(value) - {f.name for f in dataclasses.fields(group)})
     if unknown:
-        raise ConfigError(f"unknown config key {', '.join(f'{key}.{name}' for name in unknown)}: not a protorl "
-                          "setting (protorl/config.py)")
+        raise ConfigError(unknown_key_message([f"{key}.{name}" for name in unknown]))
     return dataclasses.replace(group, **value)
 
 

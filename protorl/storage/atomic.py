@@ -13,6 +13,8 @@ import logging
 import os
 import pickle
 import shutil
+import signal
+import threading
 from pathlib import Path
 
 import torch
@@ -43,11 +45,18 @@ def atomic_save(payload: dict, path: Path) -> Path:
     disk first.
 
     The check asks for the payload's size times `FREE_SPACE_FACTOR` plus `FREE_SPACE_SLACK_BYTES`. Any write
-    error (a full disk, a read-only directory) becomes one `CheckpointError` naming the file and the cause;
-    the temporary file is removed and `path`, if it existed, is left as it was.
+    error (a full disk, a read-only directory) becomes one `CheckpointError` naming the file and the cause; the
+    temporary file is removed and `path`, if it existed, is left as it was. Ctrl-C during the write takes effect
+    once the file is written.
     """
     needed = int(payload_bytes(payload) * FREE_SPACE_FACTOR) + FREE_SPACE_SLACK_BYTES
     tmp = path.with_suffix(path.suffix + ".tmp")
+    with _interrupts_deferred():
+        _write_archive(payload, path, tmp, needed)
+    return path
+
+
+def _write_archive(payload: dict, path: Path, tmp: Path, needed: int) -> None:
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         free = shutil.disk_usage(path.parent).free
@@ -62,10 +71,45 @@ def atomic_save(payload: dict, path: Path) -> Path:
         os.replace(tmp, path)
     except OSError as error:
         raise CheckpointError(f"cannot write {path}: {error.strerror or error}") from None
+    except RuntimeError as error:  # torch's archive writer reports a failed write of the file as its own error
+        cause = _write_failure(error)
+        if isinstance(cause, KeyboardInterrupt):  # Ctrl-C during the write: the interrupt it is
+            raise cause from None
+        if isinstance(cause, OSError):
+            raise CheckpointError(f"cannot write {path}: {cause.strerror or cause}") from None
+        raise
     finally:
         with contextlib.suppress(OSError):
             tmp.unlink(missing_ok=True)
-    return path
+
+
+@contextlib.contextmanager
+def _interrupts_deferred():
+    """Ctrl-C during the block takes effect at its end, once the file is whole (or its write has failed): torch's
+    archive writer, interrupted inside a record, can abort the whole process. Only the main thread handles signals;
+    elsewhere nothing is deferred."""
+    previous = signal.getsignal(signal.SIGINT)
+    if threading.current_thread() is not threading.main_thread() or previous is None:  # None: a handler not Python's
+        yield
+        return
+    pending: list = []
+    signal.signal(signal.SIGINT, lambda signum, frame: pending.append(frame))
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
+        if pending and callable(previous):
+            previous(signal.SIGINT, pending[-1])
+        elif pending and previous == signal.SIG_DFL:
+            os.kill(os.getpid(), signal.SIGINT)
+
+
+def _write_failure(error: BaseException) -> BaseException | None:
+    """The interrupt or OS error that made torch's writer fail (kept as the context of its `RuntimeError`)."""
+    cause = error.__context__
+    while cause is not None and not isinstance(cause, KeyboardInterrupt | OSError):
+        cause = cause.__context__
+    return cause
 
 
 def write_text_atomic(path: Path, text: str) -> Path:
@@ -84,10 +128,13 @@ def write_text_atomic(path: Path, text: str) -> Path:
     return path
 
 
-def safe_load(path: str | Path, what: str, error: type[ProtorlError], mmap: bool = False) -> tuple[dict, str | None]:
+def safe_load(path: str | Path, what: str, error: type[ProtorlError], sealed_from: tuple[str, int],
+              mmap: bool = False) -> tuple[dict, str | None]:
     """Read a file written by `atomic_save`, checked against its digest, without executing pickled code; returns
     its payload and its digest (None, with a warning, for a file written before digests existed). `what` names it
     in errors, which are `error` (`UnreadableFileError` for a file that is not whole or not as it was written).
+    `sealed_from`: (key, version) from which on the payload's `key` says the file was written with a digest: such
+    a file without one has lost it (`UnreadableFileError`), and only older ones are read unverified.
 
     `mmap`: the payload's tensors map the file (`torch.load(mmap=True)`: privately, copy on write) instead of
     being read into memory. For a payload that the caller copies out at once (a checkpoint), this spares the copy
@@ -113,10 +160,14 @@ def safe_load(path: str | Path, what: str, error: type[ProtorlError], mmap: bool
                                   f"({first_line(cause)})") from None
     if not isinstance(payload, dict):
         raise error(f"{what} {path}: not a protorl {what}")
+    key, first = sealed_from
+    if digest is None and isinstance(payload.get(key), int) and payload[key] >= first:
+        raise UnreadableFileError(f"{what} {path}: has no digest, although its {key} {payload[key]} is always "
+                                  "written with one: the file changed after it was written")
     if digest is None and path.resolve() not in _unverified:
         _unverified.add(path.resolve())
-        log.warning("%s %s was written without a digest (by protorl 0.2.0 or earlier): it is read, but its "
-                    "content cannot be verified", what, path)
+        log.warning("%s %s was written without a digest (%s %s, by protorl 0.2.0 or earlier): it is read, but its "
+                    "content cannot be verified", what, path, key, payload.get(key))
     return payload, digest
 
 

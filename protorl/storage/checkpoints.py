@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import re
+from collections.abc import Callable
 from pathlib import Path
 
 from protorl.errors import CheckpointError, UnreadableFileError
@@ -13,8 +14,9 @@ from protorl.storage.atomic import atomic_save, remove_partial_writes, safe_load
 log = logging.getLogger("protorl")
 
 # 2: per-agent optimisers, physical states, analysis state; 3: the projector with its statistics; 4: TensorBoard
-# file sizes, paths relative to the phase directory
-CHECKPOINT_VERSION = 4
+# file sizes, paths relative to the phase directory; 5: the run's settings (`settings`), and always a digest
+CHECKPOINT_VERSION = 5
+READABLE_VERSIONS = (4, 5)  # a version 4 checkpoint resumes too: identified by its phase, task and seed alone
 CHECKPOINT_NAME = re.compile(r"checkpoint_(\d+)\.pt")
 
 
@@ -53,24 +55,36 @@ def load_checkpoint(path: Path) -> dict:
     """The contents of a checkpoint, checked against its digest, its tensors mapping the file (a resume copies
     them into the trainer at once); `CheckpointError` (`UnreadableFileError` for a file that is not as it was
     written) otherwise."""
-    payload, _ = safe_load(path, "checkpoint", CheckpointError, mmap=True)
-    if payload.get("checkpoint_version") != CHECKPOINT_VERSION:
+    payload, _ = safe_load(path, "checkpoint", CheckpointError, ("checkpoint_version", CHECKPOINT_VERSION),
+                           mmap=True)
+    if payload.get("checkpoint_version") not in READABLE_VERSIONS:
         raise CheckpointError(f"checkpoint {path}: not a protorl checkpoint of version {CHECKPOINT_VERSION} (found "
                               f"{payload.get('checkpoint_version')!r}, e.g. from an older protorl); start over with "
                               "start_over=true or in a new run directory")
+    if payload["checkpoint_version"] >= CHECKPOINT_VERSION and not isinstance(payload.get("settings"), dict):
+        raise UnreadableFileError(f"checkpoint {path}: incomplete, it holds no settings of its run")
     return payload
 
 
-def load_newest_checkpoint(directory: Path) -> tuple[Path, dict] | None:
-    """The newest intact checkpoint in `directory` and its contents, or None if there is none. One that is not
-    as it was written (cut short by a full disk, corrupted since) is moved aside (`.unreadable`) with a warning and
-    the one before it is tried; None once none is left, so that the phase starts again."""
+def load_newest_checkpoint(directory: Path, foreign: Callable[[dict], str | None] = lambda state: None
+                           ) -> tuple[Path, dict] | None:
+    """The newest intact checkpoint of this run in `directory` and its contents, or None if there is none. One
+    that is not as it was written (cut short by a full disk, corrupted since) is moved aside (`.unreadable`), one
+    of another run (`foreign(state)` says how it differs) aside as `.other-run`, each with a warning, and the one
+    before it is tried; None once none is left, so that the phase starts again."""
     for path in reversed(list_checkpoints(directory)):
+        fallback = "resuming from the checkpoint before it" if list_checkpoints(directory)[:-1] else \
+            "no checkpoint is left before it: the phase starts again"
         try:
-            return path, load_checkpoint(path)
+            state = load_checkpoint(path)
         except UnreadableFileError as error:
-            fallback = "resuming from the checkpoint before it" if list_checkpoints(directory)[:-1] else \
-                "no checkpoint is left before it: the phase starts again"
             log.warning("%s; moving it aside (.unreadable), %s", error, fallback)
             path.rename(path.with_suffix(".pt.unreadable"))
+            continue
+        difference = foreign(state)
+        if difference is None:
+            return path, state
+        log.warning("checkpoint %s is of another run (%s); moving it aside (.other-run), %s", path, difference,
+                    fallback)
+        path.rename(path.with_suffix(".pt.other-run"))
     return None

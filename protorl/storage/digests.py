@@ -27,6 +27,8 @@ END_SIGNATURE = b"PK\x05\x06"  # a zip archive's end-of-central-directory record
 END_SIZE = 22
 CHUNK_BYTES = 2**20
 RECORD_DIGEST_KEY = "sha256"
+RECORD_VERSION_KEY = "record_version"
+RECORD_VERSION = 2  # 2: always written with its digest (a record without `record_version` may be without one)
 
 
 def sha256_of(file: BinaryIO, length: int) -> str:
@@ -78,8 +80,8 @@ def archive_digest(file: BinaryIO, path: Path, what: str) -> str | None:
         found = sha256_of(file, size - COMMENT_SIZE)
         if found != written:
             raise UnreadableFileError(f"{what} {path}: its content does not match the digest written with it "
-                                      f"(SHA-256 {found[:16]}... now, {written[:16]}... when written): the file "
-                                      "changed after it was written (a disk or copy error)")
+                                      f"(SHA-256 {found} now, {written} when written): the file changed after it "
+                                      "was written (a disk or copy error)")
         return written
     if tail[-END_SIZE:].startswith(END_SIGNATURE) and tail.endswith(b"\0\0"):
         return None
@@ -87,7 +89,9 @@ def archive_digest(file: BinaryIO, path: Path, what: str) -> str | None:
 
 
 def sealed_record(data: dict) -> str:
-    """`data` as the JSON text of a result record, with the digest of its content under `RECORD_DIGEST_KEY`."""
+    """`data` as the JSON text of a result record of `RECORD_VERSION`, with the digest of its content under
+    `RECORD_DIGEST_KEY`."""
+    data = {**data, RECORD_VERSION_KEY: RECORD_VERSION}
     return json.dumps({**data, RECORD_DIGEST_KEY: _record_sha256(data)}, indent=1)
 
 
@@ -98,10 +102,14 @@ def unsealed_record(text: str) -> dict:
     if not isinstance(data, dict):
         raise ValueError("not a JSON object")
     if RECORD_DIGEST_KEY not in data:
+        if RECORD_VERSION_KEY in data:
+            raise ValueError(f"it has no digest, although its {RECORD_VERSION_KEY} {data[RECORD_VERSION_KEY]!r} is "
+                             "always written with one: it changed after it was written")
         return data
     written = data.pop(RECORD_DIGEST_KEY)
     if written != _record_sha256(data):
         raise ValueError("its content does not match the digest written with it")
+    data.pop(RECORD_VERSION_KEY, None)
     return data
 
 

@@ -151,9 +151,18 @@ def saved_config(run_dir: Path) -> Config:
 def config_differences(saved: Config, wanted: Config) -> list[str]:
     """`key=saved (now: wanted)` for every result-changing key whose values differ, dotted, sorted. A snapshot
     recorded by its content (`snapshot_sha256`) may have moved: then where it lives is free, its content is not."""
-    old = _flatten(OmegaConf.to_container(OmegaConf.structured(saved)))
-    new = _flatten(OmegaConf.to_container(OmegaConf.structured(wanted)))
-    return [f"{key}={old.get(key)!r} (now {new.get(key)!r})" for key in result_changing_differences(old, new)]
+    return settings_differences(run_settings(saved), run_settings(wanted))
+
+
+def run_settings(cfg: Config) -> dict[str, object]:
+    """Every setting of a run, dotted (`agent.lr`), as plain values: what its checkpoints record of it."""
+    return _flatten(OmegaConf.to_container(OmegaConf.structured(cfg)))
+
+
+def settings_differences(saved: dict[str, object], wanted: dict[str, object]) -> list[str]:
+    """`key=saved (now: wanted)` for every result-changing setting in which two `run_settings` differ, sorted."""
+    return [f"{key}={saved.get(key)!r} (now {wanted.get(key)!r})"
+            for key in result_changing_differences(saved, wanted)]
 
 
 def result_changing_differences(old: dict[str, object], new: dict[str, object], symmetric: bool = False

@@ -20,7 +20,9 @@ from protorl.storage.atomic import atomic_save, safe_load
 from protorl.storage.digests import archive_digest, file_sha256
 from protorl.storage.run_files import PRETRAIN_DIR, read_run_config
 
-FORMAT_VERSION = 3  # 2: the projector as `linear` plus its statistics; 3: each agent's own config keys
+# 2: the projector as `linear` plus its statistics; 3: each agent's own config keys; 4: always with a digest
+FORMAT_VERSION = 4
+READABLE_VERSIONS = (3, 4)  # format 3 differs only in that it may lack a digest
 
 SPEC_KEYS = ("domain", "obs_type", "obs_shape", "action_shape", "action_repeat")  # what `Env.spec()` holds
 
@@ -51,11 +53,11 @@ def load_snapshot(path: str | Path, env_spec: dict | None = None, agent_config: 
     `path` and `sha256`: the digest written with it, or for a snapshot written before digests existed the SHA-256
     of the file."""
     path = Path(path)
-    payload, digest = safe_load(path, "snapshot", SnapshotError)
+    payload, digest = safe_load(path, "snapshot", SnapshotError, ("format_version", FORMAT_VERSION))
     if "checkpoint_version" in payload:
         raise SnapshotError(f"snapshot {path}: a training checkpoint (for resuming its own run), not a snapshot: "
                             "fine-tune from a pre-training's pretrain/snapshots/snapshot_<frames>.pt")
-    if payload.get("format_version") != FORMAT_VERSION:
+    if payload.get("format_version") not in READABLE_VERSIONS:
         raise SnapshotError(f"snapshot {path}: not a protorl snapshot of format version {FORMAT_VERSION} (found "
                             f"{payload.get('format_version')!r}; older snapshots predate each agent's own "
                             "config keys: pre-train again)")
@@ -63,6 +65,7 @@ def load_snapshot(path: str | Path, env_spec: dict | None = None, agent_config: 
     if missing:
         raise SnapshotError(f"snapshot {path}: incomplete, missing {', '.join(missing)}")
     check_structure(path, payload)
+    check_finite(path, payload["agent"])
     if env_spec is not None:
         check_spec(path, payload["env_spec"], env_spec)
     if agent_config is not None:
@@ -99,6 +102,23 @@ def check_structure(path: Path, payload: dict) -> None:
     if differences:
         shown = "; ".join(differences[:4]) + (f"; and {len(differences) - 4} more" if len(differences) > 4 else "")
         raise SnapshotError(f"snapshot {path}: its networks are not those its config describes: {shown}")
+
+
+def check_finite(path: Path, agent_state: dict) -> None:
+    """`SnapshotError` naming the tensors of a snapshot's agent that hold NaN or infinite values."""
+    bad = _non_finite(agent_state, "agent")
+    if bad:
+        shown = ", ".join(bad[:3]) + (f" and {len(bad) - 3} more" if len(bad) > 3 else "")
+        raise SnapshotError(f"snapshot {path}: {shown} hold non-finite values (NaN or infinity): the pre-training "
+                            "had diverged when it was written; use an earlier snapshot")
+
+
+def _non_finite(tree: object, where: str) -> list[str]:
+    if isinstance(tree, dict):
+        return [name for key, value in tree.items() for name in _non_finite(value, f"{where}.{key}")]
+    if isinstance(tree, torch.Tensor) and tree.is_floating_point() and not bool(torch.isfinite(tree).all()):
+        return [where]
+    return []
 
 
 def snapshot_agent(path: Path, payload: dict, device: torch.device) -> Agent:

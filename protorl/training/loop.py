@@ -17,13 +17,14 @@ from protorl.agents import make_agent
 from protorl.config import EVAL_SEED_OFFSET, Config, downstream_tasks, keeps_physical_states, runs_analyses
 from protorl.envs import TimeStep, make_env
 from protorl.envs.thread import EnvThread
-from protorl.errors import CheckpointError, RunInterrupted, TrainingDiverged
+from protorl.errors import RunInterrupted, TrainingDiverged
 from protorl.logs.logger import Logger
 from protorl.logs.tracking import PhaseTracker
 from protorl.replay import ReplayBuffer, frames_device
 from protorl.runtime import resolve_device, set_seed
 from protorl.storage.atomic import remove_partial_writes
 from protorl.storage.checkpoints import checkpoint_frames, drop_checkpoints, list_checkpoints, load_newest_checkpoint
+from protorl.storage.rundir import run_settings, settings_differences
 from protorl.storage.snapshots import check_architecture
 from protorl.training.callbacks import Callback
 from protorl.training.callbacks.checkpointing import Checkpoints
@@ -225,7 +226,7 @@ class Trainer:
     # -- checkpoints -------------------------------------------------------------------------------------
     def state_dict(self) -> dict:
         """Everything needed to continue this phase exactly: taken at an episode end, before the reset."""
-        state = {"phase": self.phase, "task": self.task, "seed": self.cfg.seed,
+        state = {"phase": self.phase, "task": self.task, "seed": self.cfg.seed, "settings": run_settings(self.cfg),
                  "agent_steps": self.agent_steps, "updates": self.updates, **self.result.state_dict(),
                  "elapsed_s": self.context.elapsed(), "agent": self.agent.state_dict(),
                  "replay": self.replay.state_dict(),
@@ -238,11 +239,7 @@ class Trainer:
         return state
 
     def load_state_dict(self, state: dict) -> None:
-        """Continue from `state_dict()`; `CheckpointError` if it is of another phase, task or seed, or of other
-        settings that its callbacks refuse."""
-        if (state["phase"], state["task"], state["seed"]) != (self.phase, self.task, self.cfg.seed):
-            raise CheckpointError(f"checkpoint is of {state['phase']} on {state['task']} seed {state['seed']}, "
-                                  f"not {self.phase} on {self.task} seed {self.cfg.seed}")
+        """Continue from `state_dict()` of this run (`foreign`); `CheckpointError` if its callbacks refuse it."""
         for callback in self.callbacks:  # first: they refuse a checkpoint of other settings before the logs are cut
             callback.load_state_dict(state)
         self.agent_steps, self.updates = int(state["agent_steps"]), int(state["updates"])
@@ -255,12 +252,24 @@ class Trainer:
         self.logger.load_state_dict(state["logger"])
         restore_rngs(state["rng"], self._rng, self.env, self.eval_env)
 
+    def foreign(self, state: dict) -> str | None:
+        """How the run a checkpoint was written by differs from this one (its phase, task, seed, or a setting a rerun
+        may not change), or None if it is this run's. A checkpoint of version 4 records no settings."""
+        theirs = (state.get("phase"), state.get("task"), state.get("seed"))
+        ours = (self.phase, self.task, self.cfg.seed)
+        if theirs != ours:
+            return "{} on {} seed {}, not {} on {} seed {}".format(*theirs, *ours)
+        differences = settings_differences(state["settings"], run_settings(self.cfg)) if "settings" in state else []
+        if differences:
+            return "; ".join(differences[:4]) + (f"; and {len(differences) - 4} more" if len(differences) > 4 else "")
+        return None
+
     def resume_or_start(self) -> Path | None:
         """Continue from this phase's newest intact checkpoint and return its path; without one, start afresh,
         dropping whatever an earlier attempt logged. Temporary files of a killed write go."""
         for directory in (self.checkpoint_dir, self.out_dir / "snapshots"):
             remove_partial_writes(directory)
-        newest = load_newest_checkpoint(self.checkpoint_dir)
+        newest = load_newest_checkpoint(self.checkpoint_dir, self.foreign)
         if newest is None:
             self.logger.reset()
             self._notify("reset")
