@@ -36,12 +36,13 @@ def tiny_config(name: str = "proto", **overrides) -> AgentConfig:
 
 
 def tiny_agent(name: str, mode: str, cfg: AgentConfig | None = None, seed: int | None = None,
-               obs_type: str = "pixels", obs_shape: tuple[int, ...] = PIXEL_OBS_SHAPE) -> Agent:
-    """Agent `name` for `mode` on point_mass-sized observations, on the CPU (its tiny config unless `cfg`)."""
+               obs_type: str = "pixels", obs_shape: tuple[int, ...] = PIXEL_OBS_SHAPE,
+               device: torch.device = CPU) -> Agent:
+    """Agent `name` for `mode` on point_mass-sized observations, on `device` (its tiny config unless `cfg`)."""
     if seed is not None:
         torch.manual_seed(seed)
     cfg = cfg if cfg is not None else tiny_config(name)
-    return BUILT_IN[name](obs_type, obs_shape, POINT_MASS_ACTION_SHAPE, cfg, CPU, mode)
+    return BUILT_IN[name](obs_type, obs_shape, POINT_MASS_ACTION_SHAPE, cfg, device, mode)
 
 
 def update(agent: Agent, replay: ReplayBuffer, step: int) -> dict[str, torch.Tensor]:

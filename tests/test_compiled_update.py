@@ -9,6 +9,7 @@ Compiling takes seconds per graph, so these tests are in the slow tier.
 from __future__ import annotations
 
 import copy
+import dataclasses
 import signal
 
 import pytest
@@ -18,12 +19,17 @@ from protorl.agents import RandomAgent
 from protorl.errors import ConfigError
 from protorl.replay import Batch
 from protorl.storage.snapshots import load_snapshot
-from tests.agents import PIXEL_OBS_SHAPE, tiny_agent, tiny_config
+from tests.agents import CPU, PIXEL_OBS_SHAPE, tiny_agent, tiny_config
 from tests.runs import STATES, assert_ok, read_rows, run, start, wait_for_rows
 
 UPDATES = 12  # past the queue's filling and the projector's settling, so the compiled graphs run
 # float32 rounding (~1e-7) grows through a dozen dependent Adam steps; a wrong term in a loss moves these by > 1e-2
 TOLERANCE = {"rtol": 1e-3, "atol": 1e-4}
+
+
+def named(name: str):
+    """assert_close's message with the name in front of its figures."""
+    return lambda message: f"{name}: {message}"
 
 
 def batches(count: int, seed: int = 1, size: int = 8) -> list[Batch]:
@@ -58,7 +64,7 @@ def test_compiled_update_equals_eager_to_rounding(name, mode):
     assert compiled._compiled.graphs, "no update ran compiled"
     assert compiled._compiled.recompilations == 0
     for key, value in eager_metrics[-1].items():
-        torch.testing.assert_close(compiled_metrics[-1][key], value, **TOLERANCE, msg=key)
+        torch.testing.assert_close(compiled_metrics[-1][key], value, **TOLERANCE, msg=named(key))
     eager_state, compiled_state = eager.sac.state_dict(), compiled.sac.state_dict()
     for key in ("actor", "critic", "critic_target"):
         for param, value in eager_state[key].items():
@@ -71,18 +77,52 @@ def test_compiled_pixel_update_equals_eager_to_rounding(mode):
     """From pixels: the augmentation's random shifts, the conv encoder (in micro-batches) and its gradient."""
     eager, compiled = tiny_agent("proto", mode, seed=0), tiny_agent("proto", mode, seed=0)
     compiled.compile_update()
+    data = pixel_batches(UPDATES)
+    eager_metrics, compiled_metrics = updates(eager, data), updates(compiled, data)
+    assert compiled._compiled.graphs and compiled._compiled.recompilations == 0
+    for key, value in eager_metrics[-1].items():
+        torch.testing.assert_close(compiled_metrics[-1][key], value, **TOLERANCE, msg=named(key))
+
+
+def pixel_batches(count: int, device: torch.device = CPU) -> list[Batch]:
     generator = torch.Generator().manual_seed(3)
 
     def frames() -> torch.Tensor:
         return torch.randint(0, 256, (8, *PIXEL_OBS_SHAPE), dtype=torch.uint8, generator=generator)
 
-    data = [Batch(obs=frames(), action=torch.rand(8, 2, generator=generator) * 2 - 1,
-                  reward=torch.rand(8, 1, generator=generator), discount=torch.ones(8, 1), next_obs=frames())
-            for _ in range(UPDATES)]
+    return [on(Batch(obs=frames(), action=torch.rand(8, 2, generator=generator) * 2 - 1,
+                     reward=torch.rand(8, 1, generator=generator), discount=torch.ones(8, 1), next_obs=frames()),
+               device) for _ in range(count)]
+
+
+def on(batch: Batch, device: torch.device) -> Batch:
+    return Batch(*(getattr(batch, field.name).to(device) for field in dataclasses.fields(Batch)))
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="CUDA graphs need a GPU")
+@pytest.mark.parametrize(("name", "mode", "obs"), [("proto", "pretrain", "states"), ("proto", "frozen", "states"),
+                                                   ("random", "pretrain", "states"), ("proto", "pretrain", "pixels"),
+                                                   ("proto", "frozen", "pixels")])
+def test_a_cuda_graph_update_equals_the_eager_one_on_the_gpu(name, mode, obs):
+    """On CUDA the compiled update is replayed as a CUDA graph (a graph launch, seen by the profiler) and computes
+    what the eager update computes on the same GPU, random draws included."""
+    cuda = torch.device("cuda")
+    shape = {"states": {"obs_type": "states", "obs_shape": (4,)}, "pixels": {}}[obs]
+    eager, compiled = (tiny_agent(name, mode, seed=0, device=cuda, **shape) for _ in range(2))
+    compiled.compile_update(cuda_graphs=True)
+    data = [on(batch, cuda) for batch in batches(UPDATES)] if obs == "states" else pixel_batches(UPDATES, cuda)
     eager_metrics, compiled_metrics = updates(eager, data), updates(compiled, data)
     assert compiled._compiled.graphs and compiled._compiled.recompilations == 0
     for key, value in eager_metrics[-1].items():
-        torch.testing.assert_close(compiled_metrics[-1][key], value, **TOLERANCE, msg=key)
+        torch.testing.assert_close(compiled_metrics[-1][key], value.float(), **TOLERANCE, msg=named(key))
+    for param, value in eager.sac.state_dict()["critic"].items():
+        torch.testing.assert_close(compiled.sac.state_dict()["critic"][param], value, **TOLERANCE, msg=named(param))
+
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as profile:
+        compiled.update(data[-1], UPDATES)
+        torch.cuda.synchronize()
+    assert any("cudaGraphLaunch" in event.name for event in profile.events()), "not replayed as a CUDA graph"
 
 
 @pytest.mark.slow
@@ -104,7 +144,7 @@ def test_checkpoints_pass_between_compiled_and_eager_updates():
     compiled_again.load_state_dict(state)
     compiled_next = updates(compiled_again, data[UPDATES:], first_step=UPDATES)
     for key, value in eager_next[-1].items():
-        torch.testing.assert_close(compiled_next[-1][key], value, **TOLERANCE, msg=key)
+        torch.testing.assert_close(compiled_next[-1][key], value, **TOLERANCE, msg=named(key))
 
 
 @pytest.mark.slow
@@ -158,7 +198,7 @@ def test_metrics_leave_a_cuda_graph_update_in_one_copy():
     assert all(value.dtype == torch.float32 for value in compiled_metrics[-1].values())
     assert len({value.untyped_storage().data_ptr() for value in compiled_metrics[-1].values()}) == 1
     for key, value in eager_metrics[-1].items():
-        torch.testing.assert_close(compiled_metrics[-1][key], value.float(), **TOLERANCE, msg=key)
+        torch.testing.assert_close(compiled_metrics[-1][key], value.float(), **TOLERANCE, msg=named(key))
 
 
 @pytest.mark.slow
@@ -174,7 +214,7 @@ def test_agents_compiled_one_after_another_each_run_compiled():
             compiled_metrics = updates(agent, data)[-1]
         updates(eager, data)
         for key, value in updates(eager, data)[-1].items():
-            torch.testing.assert_close(compiled_metrics[key], value, **TOLERANCE, msg=key)
+            torch.testing.assert_close(compiled_metrics[key], value, **TOLERANCE, msg=named(key))
         assert len(agent._compiled.graphs) == 2 and agent._compiled.recompilations == 0
 
 

@@ -5,7 +5,10 @@ candidate queue and the k-NN reward): a graph break is an error (`ConfigError`, 
 torch's reason), never a silent split. Which parts run at a step
 (`UpdateSteps`) is decided on the host, so each combination is one graph, compiled the first time it is met.
 Random draws fall back to PyTorch's own kernels (inductor's `fallback_random`), so a compiled update draws the
-same numbers as the eager one and the two differ only by the rounding of fused arithmetic. Any later compilation
+same numbers as the eager one and the two differ only by the rounding of fused arithmetic. That needs the draws in
+the eager order too: before torch 2.13 inductor does not keep such draws in program order (its scheduler's
+peak-memory ordering moved the candidates' exponential draw past the critic's normal one, on torch 2.11), so there
+the passes that reorder operations are off (`inductor_options`). Any later compilation
 (a recompilation: a shape, a dtype or a guarded value that changed) is logged in one line and allowed. A run
 compiles one agent at a time: a new compiled update drops the compiled code of the agents before it, whose phases
 have ended (torch keeps a limited number of graphs per function, and past it would run a later phase's update
@@ -32,14 +35,25 @@ def steps_key(steps: UpdateSteps) -> tuple[bool, ...]:
     return (steps.actor, steps.critic_target, steps.anchor is not None, steps.ssl, steps.encoder_target)
 
 
+def inductor_options(cuda_graphs: bool) -> dict[str, bool]:
+    """Inductor's options for a compiled update: random draws by PyTorch's own kernels (`fallback_random`), in the
+    eager order. From torch 2.13 on, inductor chains such draws in program order itself; before it, nothing stops
+    its passes that reorder independent operations (for locality, for peak memory, for fewer CUDA graph
+    partitions) from moving one draw past another, so that each gets the other's numbers: those passes are off."""
+    options = {"fallback_random": True, "triton.cudagraphs": cuda_graphs}
+    if torch.__version__ < (2, 13):
+        options.update({"reorder_for_locality": False, "reorder_for_peak_memory": False,
+                        "triton.reorder_for_reducing_graph_partitions": False})
+    return options
+
+
 class CompiledUpdate:
     """`update(batch, steps)` compiled whole, one graph per `steps_key`; recompilations are counted and logged."""
 
     def __init__(self, update: Callable[[Batch, UpdateSteps], Metrics], name: str, cuda_graphs: bool = False):
         self.name, self.cuda_graphs = name, cuda_graphs
         torch.compiler.reset()  # the agents before this one are done (the module's docstring)
-        self.compiled = torch.compile(update, fullgraph=True,
-                                      options={"fallback_random": True, "triton.cudagraphs": cuda_graphs})
+        self.compiled = torch.compile(update, fullgraph=True, options=inductor_options(cuda_graphs))
         self.graphs: set[tuple[bool, ...]] = set()  # the combinations compiled so far
         self.recompilations = 0
 
