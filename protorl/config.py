@@ -15,10 +15,22 @@ from omegaconf import MISSING
 
 from protorl.errors import ConfigError
 
+
+def period(default: int):
+    """An agent's update period: its part of the update runs every `default` updates (the memory estimate runs an
+    update at which every period falls due)."""
+    return field(default=default, metadata={"period": True})
+
+
+def free(default):
+    """A setting that changes how a run is watched or where it runs, not what it computes: a run directory is
+    continued with it changed (`rerun_free_keys`)."""
+    return field(default=default, metadata={"rerun_free": True})
+
 __all__ = ["EVAL_SEED_OFFSET", "GROUPS", "MAX_SEED", "RENAMED", "AgentConfig", "AnalysesConfig", "CheckpointsConfig",
            "Config", "ConfigError", "EnvConfig", "EvaluationConfig", "LoggingConfig", "ReplayConfig", "RuntimeConfig",
-           "SnapshotsConfig", "TrainingConfig", "downstream_tasks", "grouped", "in_unit_interval", "invalid",
-           "positive", "renamed_message"]
+           "SnapshotsConfig", "TrainingConfig", "downstream_tasks", "free", "grouped", "in_unit_interval", "invalid",
+           "period", "positive", "renamed_message", "rerun_free_keys", "unknown_key_message"]
 
 
 @dataclass
@@ -38,8 +50,8 @@ class AgentConfig:
     init_temperature: float = 0.1  # SAC's entropy temperature at the start
     log_std_min: float = -10.0
     log_std_max: float = 2.0
-    actor_update_every: int = 2  # the table says 2, the text of C.4 says 1: we follow the table
-    critic_target_update_every: int = 2
+    actor_update_every: int = period(2)  # the table says 2, the text of C.4 says 1: we follow the table
+    critic_target_update_every: int = period(2)
     critic_target_tau: float = 0.01  # EMA rate of the critic's target
     augment_pad: int = 4  # random shift of +-4 pixels; 0 disables augmentation
     state_hidden_dim: int = 256  # the encoder used when env.obs == "states" (replaces the conv encoder)
@@ -141,7 +153,7 @@ class ReplayConfig:
     capacity: int = 100_000  # stored agent steps (slots): each episode's first frame takes one too
     # also keep the replay's frames in the accelerator's memory and sample there (a 100k-frame pixel buffer is
     # ~2 GB); None: when the device is CUDA and they take under half its free memory
-    on_device: bool | None = None
+    on_device: bool | None = free(None)  # the same results either way
     # fine-tuning on the pre-training's data, a departure from the paper (docs/finetuning.md): this share of every
     # fine-tuning batch comes from the snapshot's replay (`snapshots.with_replay`), its rewards relabelled for the
     # downstream task; 0: the paper
@@ -174,10 +186,10 @@ class SnapshotsConfig:
 class CheckpointsConfig:
     """The full training state, for an exact resume."""
 
-    every_frames: int | None = 100_000  # at the next episode end; None: never
-    every_minutes: float | None = None  # also checkpoint when this much wall time has passed
-    keep: int = 2  # newest checkpoints kept per phase
-    keep_completed: bool = False  # keep a phase's checkpoints once it has completed (else they are deleted)
+    every_frames: int | None = free(100_000)  # at the next episode end; None: never
+    every_minutes: float | None = free(None)  # also checkpoint when this much wall time has passed
+    keep: int = free(2)  # newest checkpoints kept per phase
+    keep_completed: bool = free(False)  # keep a phase's checkpoints once it has completed (else they are deleted)
 
     def check(self) -> None:
         """Raise `ConfigError` naming the first invalid value."""
@@ -195,8 +207,8 @@ class EvaluationConfig:
     every_frames: int = 10_000
     episodes: int = 10
     during_pretrain: bool = False
-    save_video: bool = False
-    video_size: int = 256
+    save_video: bool = free(False)
+    video_size: int = free(256)
 
     def check(self) -> None:
         """Raise `ConfigError` naming the first invalid value."""
@@ -239,11 +251,11 @@ class LoggingConfig:
 
     every_episodes: int = 1  # a train.csv row every this many episodes
     tensorboard: bool = True
-    progress_bar: bool = True
-    wandb: bool = False  # also log to Weights & Biases (needs `pip install -e ".[wandb]"`)
-    wandb_project: str = "protorl"
-    wandb_entity: str | None = None  # None: your default W&B entity
-    wandb_group: str | None = None  # e.g. one group per sweep
+    progress_bar: bool = free(True)
+    wandb: bool = free(False)  # also log to Weights & Biases (needs `pip install -e ".[wandb]"`)
+    wandb_project: str = free("protorl")
+    wandb_entity: str | None = free(None)  # None: your default W&B entity
+    wandb_group: str | None = free(None)  # e.g. one group per sweep
 
     def check(self) -> None:
         """Raise `ConfigError` naming the first invalid value."""
@@ -254,13 +266,13 @@ class LoggingConfig:
 class RuntimeConfig:
     """How the process computes, not what: the device, threads, allocator and the wall-time limit."""
 
-    device: str = "auto"  # auto: CUDA when available, else CPU
+    device: str = free("auto")  # auto: CUDA when available, else CPU
     threads: int | None = None  # torch intra-op threads; None leaves torch's default (one per core)
-    fast_malloc: bool = True  # keep large tensors off glibc's mmap path (see protorl.runtime.tune_malloc)
+    fast_malloc: bool = free(True)  # keep large tensors off glibc's mmap path (see protorl.runtime.tune_malloc)
     cudnn_benchmark: bool = True  # CUDA: cuDNN picks its fastest convolutions for the run's fixed shapes
     # step the training environment on a thread of its own while the agent updates: the same results. Off by
     # default: on a 2-core CPU its thread slows torch's down (docs/benchmarks/index.md); not yet measured on a GPU
-    overlap_env_step: bool = False
+    overlap_env_step: bool = free(False)
     # compile each agent update whole (torch.compile, one graph per combination of its parts; on CUDA replayed as
     # a CUDA graph): the same algorithm and random draws, other float rounding (protorl/agents/compiled.py).
     # Off by default until measured to pay back its compile time (docs/benchmarks/index.md)
@@ -270,7 +282,7 @@ class RuntimeConfig:
     tf32: bool = False
     # refuse a run whose wall time, estimated on this machine before it starts (protorl/app/duration.py), exceeds
     # this many hours; null: no limit
-    max_hours: float | None = 24.0
+    max_hours: float | None = free(24.0)
 
     def check(self) -> None:
         """Raise `ConfigError` naming the first invalid value (the device is checked where it is resolved)."""
@@ -302,13 +314,13 @@ class Config:
     compare_without_pretraining: bool = False
     # a line printed under that comparison: what one seed of these settings can show (the main job's: measured on
     # seeds it was not chosen on, docs/results/main-job.md); None: no line
-    comparison_note: str | None = None
+    comparison_note: str | None = free(None)
     seed: int = 1
     pretrain_frames: int = 500_000  # 0 (protorl-train only): no pre-training, learn online from the task reward
     finetune_frames: int = 500_000
-    resume: bool = True  # continue the run already in `run_dir` (same settings); false: refuse such a directory
-    start_over: bool = False  # delete the run data already in `run_dir` and start again
-    run_dir: str = MISSING  # set by the YAML files to Hydra's output directory
+    resume: bool = free(True)  # continue the run already in `run_dir` (same settings); false: refuse such a directory
+    start_over: bool = free(False)  # delete the run data already in `run_dir` and start again
+    run_dir: str = free(MISSING)  # set by the YAML files to Hydra's output directory
     env: EnvConfig = field(default_factory=EnvConfig)
     training: TrainingConfig = field(default_factory=TrainingConfig)
     replay: ReplayConfig = field(default_factory=ReplayConfig)
@@ -354,6 +366,18 @@ RENAMED = {
 def renamed_message(key: str) -> str:
     """The one line that refuses a key of the flat config, naming the key that replaced it."""
     return f"{key} is now {RENAMED[key]}: the settings are grouped (every key: docs/commands.md; CHANGELOG.md)"
+
+
+def rerun_free_keys() -> frozenset[str]:
+    """The dotted keys of the settings marked `free`: they may differ between the commands that write one run
+    directory, and a checkpoint of the run resumes whatever they are."""
+    def marked(config: object, prefix: str) -> list[str]:
+        return [key for f in dataclasses.fields(config) for key in (
+            [prefix + f.name] if f.metadata.get("rerun_free") else
+            marked(getattr(config, f.name), f"{prefix}{f.name}.") if dataclasses.is_dataclass(getattr(config, f.name))
+            else [])]
+
+    return frozenset(marked(Config(), ""))
 
 
 def unknown_key_message(keys: list[str]) -> str:

@@ -15,7 +15,16 @@ import torch
 import protorl
 from protorl.agents.proto.agent import ProtoConfig
 from protorl.app.validate import check_named_task, validate
-from protorl.config import GROUPS, RENAMED, AgentConfig, Config, ConfigError, grouped, renamed_message
+from protorl.config import (
+    GROUPS,
+    RENAMED,
+    AgentConfig,
+    Config,
+    ConfigError,
+    grouped,
+    renamed_message,
+    rerun_free_keys,
+)
 from tests.agents import config_of, update
 from tests.runs import TIMEOUT_S, assert_user_error, environment
 
@@ -378,3 +387,15 @@ def test_every_config_key_has_its_line_in_the_commands_page():
     keys = {item.name for item in dataclasses.fields(config) if item.name not in GROUPS}
     keys |= {f"{group}.{item.name}" for group in GROUPS for item in dataclasses.fields(getattr(config, group))}
     assert keys - documented == set()
+
+
+def test_the_settings_a_rerun_may_change_are_those_that_change_no_result():
+    """Marked where they are declared (`free`): how a run is watched, where it runs, how often it checkpoints;
+    never a setting of the algorithm, the environment, the schedule or the seed."""
+    assert rerun_free_keys() == {
+        "resume", "start_over", "run_dir", "comparison_note",
+        "runtime.device", "runtime.fast_malloc", "runtime.max_hours", "runtime.overlap_env_step", "replay.on_device",
+        "checkpoints.every_frames", "checkpoints.every_minutes", "checkpoints.keep", "checkpoints.keep_completed",
+        "logging.progress_bar", "logging.wandb", "logging.wandb_project", "logging.wandb_entity", "logging.wandb_group",
+        "evaluation.save_video", "evaluation.video_size"}
+    assert not any(key.startswith(("agent.", "env.", "training.")) for key in rerun_free_keys())

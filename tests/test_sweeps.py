@@ -51,7 +51,7 @@ def assert_one_complete_run_per_job(sweep_dir: Path, expected: set[tuple[str, in
         assert len((run_dir / "finetune" / "eval.csv").read_text().splitlines()) >= 2  # header + evaluations
     assert found == expected
     rows = read_index(sweep_dir)
-    assert {(r["env"], int(r["seed"])) for r in rows} == expected
+    assert {(r["task"], int(r["seed"])) for r in rows} == expected
     assert all(r["complete"] == "true" and r["phases"] == "pretrain:complete finetune:complete" for r in rows), rows
 
 

@@ -204,9 +204,10 @@ def _agent_peak_bytes(cfg: Config, env: Env, mode: str) -> int:
 
 
 def steps_running_every_schedule(agent_cfg: AgentConfig) -> tuple[int, int]:
-    """Two update steps at which every `*_every` schedule of the agent fires, after any critic warm-up."""
+    """Two update steps at which every update period of the agent (its config's fields marked `period`) falls due,
+    after any critic warm-up."""
     period = math.lcm(*(getattr(agent_cfg, item.name) for item in dataclasses.fields(agent_cfg)
-                        if item.name.endswith("_every") and isinstance(getattr(agent_cfg, item.name), int)))
+                        if item.metadata.get("period")))
     first = period * max(1, math.ceil(agent_cfg.critic_warmup_updates / period))
     return first, first + period
 

@@ -23,7 +23,7 @@ from protorl.reports.io import agent_choice
 from protorl.storage.run_files import CONFIG_FILE, is_complete, phase_dirs, read_run_config
 
 log = logging.getLogger("protorl")
-INDEX_COLUMNS = ["run_dir", "overrides", "agent", "env", "seed", "phases", "complete"]
+INDEX_COLUMNS = ["run_dir", "overrides", "agent", "task", "seed", "phases", "complete"]
 
 
 def phase_states(run_dir: Path) -> dict[str, str]:
@@ -38,7 +38,7 @@ def index_row(run_dir: Path, sweep_dir: Path) -> dict[str, str]:
     cfg = read_run_config(run_dir / CONFIG_FILE) if (run_dir / CONFIG_FILE).is_file() else OmegaConf.create()
     states = phase_states(run_dir)
     return {"run_dir": str(run_dir.relative_to(sweep_dir)), "overrides": " ".join(overrides),
-            "agent": agent_choice(run_dir, cfg), "env": cfg.get("task", ""),
+            "agent": agent_choice(run_dir, cfg), "task": cfg.get("task", ""),
             "seed": cfg.get("seed", ""), "phases": " ".join(f"{name}:{state}" for name, state in states.items()),
             "complete": str(bool(states) and all(s == "complete" for s in states.values())).lower()}
 

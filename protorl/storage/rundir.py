@@ -24,7 +24,7 @@ from pathlib import Path
 from omegaconf import OmegaConf
 
 from protorl.agents import agent_class
-from protorl.config import Config, downstream_tasks
+from protorl.config import Config, downstream_tasks, rerun_free_keys
 from protorl.errors import ConfigError, first_line
 from protorl.storage.run_files import (
     CONFIG_FILE,
@@ -41,15 +41,7 @@ LOCK_FILE = ".lock"
 # names of run data: a directory holding one of these is not taken for a new run (Hydra's .hydra/ and log are not)
 RUN_DATA = (CONFIG_FILE, "curves.png", "analysis", PRETRAIN_DIR, "wandb_id.txt", "wandb")
 RUN_DATA_PREFIXES = (DOWNSTREAM_DIR,)  # finetune/ and finetune_<task>/
-# dotted keys that may differ between the commands that write one directory
-RERUN_FREE_KEYS = frozenset({
-    "resume", "start_over", "run_dir", "comparison_note",
-    "runtime.device", "runtime.fast_malloc", "runtime.max_hours",
-    "runtime.overlap_env_step", "replay.on_device",  # the same results either way
-    "checkpoints.every_frames", "checkpoints.every_minutes", "checkpoints.keep", "checkpoints.keep_completed",
-    "logging.progress_bar", "logging.wandb", "logging.wandb_project", "logging.wandb_entity", "logging.wandb_group",
-    "evaluation.save_video", "evaluation.video_size",
-})
+RERUN_FREE_KEYS = rerun_free_keys()  # the keys that may differ between the commands that write one directory
 
 SNAPSHOT_PLACES = frozenset({"snapshot", "pretrain_sweep"})  # where a snapshot lives, once its content is recorded
 
