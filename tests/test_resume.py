@@ -119,6 +119,29 @@ def test_a_second_ctrl_c_stops_at_once(tmp_path):
                      r"starts this phase again", line), line
 
 
+def test_a_second_ctrl_c_during_the_checkpoint_write_stops_once_it_is_whole(tmp_path):
+    """Ctrl-C, then Ctrl-C again while the checkpoint the first one asked for is being written (a large replay
+    buffer makes the write last): the write completes, the run stops in one line, exit status 130, naming that
+    checkpoint, which is whole and resumes."""
+    run_dir = tmp_path / "during_write"
+    command = [*RUN, "env.obs=states", "checkpoints.every_frames=null", "pretrain_frames=20000",
+               "replay.capacity=4000000"]
+    process = start("pretrain", *command, run_dir=run_dir, output=True)
+    wait_for_rows(process, run_dir / "pretrain" / "train.csv", 1)
+    process.send_signal(signal.SIGINT)
+    checkpoints = run_dir / "pretrain" / "checkpoints"
+    deadline = time.monotonic() + 150
+    while not list(checkpoints.glob("*.pt.tmp")) and process.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.001)
+    assert list(checkpoints.glob("*.pt.tmp")), "the checkpoint's write was not seen: nothing to interrupt"
+    process.send_signal(signal.SIGINT)
+    line = interrupted_line(process)
+    found = re.search(r"the last checkpoint is at frame (\d+) \((.+)\); rerun the same command", line)
+    assert found, line
+    assert list_checkpoints(checkpoints) == [Path(found[2])] and not list(checkpoints.glob("*.tmp"))
+    assert load_checkpoint(Path(found[2]))["agent_steps"] * 8 == int(found[1])  # whole: its digest checked
+
+
 def test_completed_run_is_not_repeated(uninterrupted):
     """A rerun of a complete phase trains nothing: every file of the run is as it was (result.json holds the
     phase's wall time, so a repeated phase would rewrite it)."""
