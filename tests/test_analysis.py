@@ -19,6 +19,7 @@ from protorl.app.validate import validate
 from protorl.config import AnalysesConfig, Config, ConfigError, EnvConfig
 from protorl.envs import DMCEnv
 from protorl.errors import CheckpointError, ResultsError
+from protorl.exploration.analysis import Analysis, register_analysis, unregister_analysis
 from protorl.exploration.coverage import (
     CoverageSpec,
     bin_indices,
@@ -40,7 +41,7 @@ from protorl.logs.logger import Logger
 from protorl.replay import ReplayBuffer
 from protorl.reports.analyze import analyze_run
 from protorl.training import Trainer
-from protorl.training.callbacks.exploration import AnalysisMonitor
+from protorl.training.callbacks.exploration import AnalysisMonitor, analysis_columns
 from tests.agents import config_of
 from tests.agents import tiny_config as tiny_agent_config
 from tests.runs import TINY, assert_ok, read_csv, run
@@ -214,7 +215,7 @@ def test_agents_without_prototypes_get_coverage_and_a_map(tmp_path):
     assert row["frames"] == "120" and row["variance/proto_cv"] == ""
     assert 0 < float(row["coverage/entropy"]) < 1 and 0 < float(row["coverage/visited_fraction"]) < 1
     assert row["coverage/entropy"] == row["coverage/replay_entropy"]  # the ring has not wrapped
-    assert monitor.counts.sum() == 61 and (tmp_path / "maps" / "map_120.png").exists()
+    assert monitor.visits.counts.sum() == 61 and (tmp_path / "maps" / "map_120.png").exists()
 
 
 # -- in the training loop -------------------------------------------------------------------------------------
@@ -266,6 +267,53 @@ def test_exact_resume_with_analyses_and_no_effect_on_training(tmp_path):
     assert not (plain / "analysis.csv").exists()
     timing = ("fps", "total_time_s")
     assert without(read_csv(plain / "train.csv")[1], *timing) == without(read_csv(straight / "train.csv")[1], *timing)
+
+
+class Reach(Analysis):
+    """An analysis of one's own: how far from the arena's centre the replay's states reach, and how many times it
+    has measured (kept over a resume)."""
+
+    columns = ("reach/max_distance", "reach/measurements")
+
+    def __init__(self, context):
+        super().__init__(context)
+        self.measurements = 0
+
+    def measure(self, moment):
+        self.measurements += 1
+        xy = self.context.replay.stored_physical_states()[:, :2]
+        return {"reach/max_distance": float(np.linalg.norm(xy, axis=1).max()), "reach/measurements": self.measurements}
+
+    def state_dict(self):
+        return {"reach_measurements": self.measurements}
+
+    def load_state_dict(self, state):
+        self.measurements = state["reach_measurements"]
+
+
+@pytest.mark.slow
+def test_an_analysis_of_ones_own_is_one_class_registered_and_resumes(tmp_path):
+    """Adding an analysis: a class and `register_analysis`; its columns follow the built-in ones in analysis.csv,
+    it measures at every scheduled moment, and a run resumed from a checkpoint continues its state."""
+    register_analysis(Reach)
+    try:
+        cfg = tiny_run_config(tmp_path)
+        straight = tmp_path / "straight"
+        Trainer(cfg, "pretrain", cfg.task, straight).run()
+        columns, rows = read_csv(straight / "analysis.csv")
+        assert columns[-3:] == ["reach/max_distance", "reach/measurements", "analysis/time_s"]
+        assert [row["reach/measurements"] for row in rows] == ["1", "2", "3"]
+        assert all(0 < float(row["reach/max_distance"]) < 0.5 for row in rows)  # the maze is 0.6 m across
+        resumed = tmp_path / "resumed"
+        shutil.copytree(straight, resumed)
+        (resumed / "result.json").unlink()
+        trainer = Trainer(cfg, "pretrain", cfg.task, resumed)
+        trainer.load_state_dict(torch.load(resumed / "checkpoints" / "checkpoint_1000.pt", weights_only=True))
+        trainer.run()
+        assert without(read_csv(resumed / "analysis.csv")[1], "analysis/time_s") == without(rows, "analysis/time_s")
+    finally:
+        unregister_analysis(Reach)
+    assert "reach/max_distance" not in analysis_columns()
 
 
 @pytest.mark.slow

@@ -16,8 +16,13 @@ from pathlib import Path
 import imageio.v3 as iio
 import numpy as np
 import torch
+import torch.nn.functional as F
 
+from protorl.agents.capabilities import Prototypes
+from protorl.envs import make_env
+from protorl.exploration.analysis import Analysis, AnalysisContext, Moment
 from protorl.exploration.coverage import CoverageSpec
+from protorl.exploration.reward_variance import embed
 
 MAP_DOMAINS = ("point_mass", "point_mass_maze")  # domains whose coverage coordinates are the arena's (x, y)
 FIGURE_INCHES = (4.8, 4.4)  # one map; every map has the same pixel size, so they animate
@@ -163,3 +168,54 @@ def write_animation(paths: list[Path], out: Path) -> Path:
     """A looping GIF of the PNG maps `paths`, `ANIMATION_FRAME_MS` per map."""
     iio.imwrite(out, np.stack([iio.imread(p)[..., :3] for p in paths]), duration=ANIMATION_FRAME_MS, loop=0)
     return out
+
+
+class VisitationMap(Analysis):
+    """Figure 1's map at each analysis, for the point-mass arenas: `maps/map_<frames>.png` (and TensorBoard's image
+    `maps/visitation`), where the agent went and, for an agent with prototypes, where its prototypes sit and the
+    reward field beside it; at the phase's end `maps/maps.gif`. It writes no column."""
+
+    def __init__(self, context: AnalysisContext):
+        super().__init__(context)
+        env, spec = context.env, context.visits.spec
+        self.map_dir = context.out_dir / "maps"
+        draws = spec is not None and env.domain in MAP_DOMAINS  # a spec: a simulated domain
+        self.walls = wall_rectangles(env.physics) if draws else None
+        self.landmarks = landmarks(env.domain, context.downstream_tasks) if draws else None
+        # renders the reward field's observations, apart from the training environment
+        self.reward_env = make_env(env.task, context.env_cfg, seed=context.seed) \
+            if draws and isinstance(context.agent, Prototypes) else None
+
+    def measure(self, moment: Moment) -> dict[str, float]:
+        if self.walls is None:
+            return {}
+        agent, replay, spec = self.context.agent, self.context.replay, self.context.visits.spec
+        prototype_xy = reward = None
+        if moment.projections is not None and len(replay) > 0:
+            ends = replay.sample_indices(self.context.cfg.map_samples, moment.rng)
+            closest = closest_samples(F.normalize(moment.projections.at(ends), dim=1), agent.prototypes)
+            states = replay.physical_states[ends[closest.cpu().numpy()] % replay.capacity]
+            prototype_xy = states[:, spec.columns]  # (M, 2)
+        if self.reward_env is not None:  # before the queue holds k candidates, an empty panel of the same size
+            reward = (reward_field(self._score, self.reward_env, spec, self.walls) if agent.can_score
+                      else np.full(spec.shape, np.nan))
+        image = render_map(self.context.visits.counts, spec, self.walls, prototype_xy, moment.frames, reward,
+                           self.landmarks)
+        self.map_dir.mkdir(parents=True, exist_ok=True)
+        iio.imwrite(self.map_dir / f"map_{moment.frames}.png", image)
+        self.context.logger.log_image("maps/visitation", image, moment.frames)
+        return {}
+
+    @torch.no_grad()
+    def _score(self, obs: np.ndarray) -> np.ndarray:
+        """The agent's intrinsic reward of observations (N, *obs_shape) against its queue now, unchanged: (N,)."""
+        return self.context.agent.score(embed(self.context.agent, obs)).squeeze(1).cpu().numpy()
+
+    def finish(self, frames: int) -> None:
+        paths = map_paths(self.map_dir, frames)
+        if paths:
+            write_animation(paths, self.map_dir / "maps.gif")
+
+    def reset(self) -> None:
+        for path in map_paths(self.map_dir, self.context.total_frames) if self.map_dir.is_dir() else []:
+            path.unlink()

@@ -16,7 +16,9 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from protorl.envs import DMCEnv
+from protorl.agents.capabilities import Prototypes
+from protorl.envs import DMCEnv, Simulated
+from protorl.exploration.analysis import Analysis, AnalysisContext, Moment
 
 RIDGE_STRENGTHS = tuple(10.0**k for k in range(-4, 6))  # times N, on features of unit mean square
 CV_FOLDS = 5  # contiguous blocks of the fitted frames, each held out in turn to choose the ridge strengths
@@ -131,3 +133,36 @@ def pooled(obs: np.ndarray, pool: int) -> np.ndarray:
         return obs.astype(np.float32)
     frames = torch.as_tensor(obs, dtype=torch.float32) / 255.0
     return F.adaptive_avg_pool2d(frames, pool).flatten(1).numpy()
+
+
+class StateProbe(Analysis):
+    """The in-run state probe (`analyses.probe_samples`): the mean R^2 of a ridge regression from the online
+    encoder's features (and, for an agent with prototypes, the projections) to the physical state, on fixed
+    uniform-random frames of the phase's task collected at the first analysis; nothing without a simulator's
+    states."""
+
+    columns = ("probe/encoder_r2", "probe/projection_r2")
+    CHUNK = 256  # frames encoded at once
+
+    def __init__(self, context: AnalysisContext):
+        super().__init__(context)
+        self.frames: ProbeFrames | None = None
+
+    @torch.no_grad()
+    def measure(self, moment: Moment) -> dict[str, float]:
+        context = self.context
+        if context.cfg.probe_samples is None or not isinstance(context.env, Simulated):
+            return {}
+        if self.frames is None:
+            env_cfg = context.env_cfg
+            self.frames = collect_frames(context.env.task, context.cfg.probe_samples, context.seed, obs=env_cfg.obs,
+                                         image_size=env_cfg.image_size, frame_stack=env_cfg.frame_stack,
+                                         action_repeat=env_cfg.action_repeat, camera_id=env_cfg.camera_id)
+        agent, obs, states = context.agent, self.frames.obs, self.frames.states
+        chunks = [torch.as_tensor(obs[i:i + self.CHUNK], device=agent.device) for i in range(0, len(obs), self.CHUNK)]
+        row = {"probe/encoder_r2": float(np.nanmean(ridge_r2(
+            torch.cat([agent.encoder(chunk).float().cpu() for chunk in chunks]).numpy(), states)))}
+        if isinstance(agent, Prototypes):
+            projections = F.normalize(agent.embed(torch.as_tensor(obs, device=agent.device)), dim=1)
+            row["probe/projection_r2"] = float(np.nanmean(ridge_r2(projections.float().cpu().numpy(), states)))
+        return row

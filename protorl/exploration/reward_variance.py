@@ -22,6 +22,7 @@ import torch
 
 from protorl.agents.capabilities import Prototypes
 from protorl.agents.proto.math import knn_reward
+from protorl.exploration.analysis import Analysis, AnalysisContext, Moment
 from protorl.replay import ReplayBuffer
 
 
@@ -108,3 +109,31 @@ def reward_variance(agent: Prototypes, replay: ReplayBuffer, probe_obs: np.ndarr
         metrics.update({f"variance/{scheme}_mean": mean, f"variance/{scheme}_std": std,
                         f"variance/{scheme}_cv": cv})
     return metrics
+
+
+class RewardVariance(Analysis):
+    """`reward_variance` at each analysis, on `analyses.variance_probes` observations drawn from the replay at the
+    first one and kept (over a resume too); nothing for an agent without prototypes."""
+
+    columns = ("variance/proto_mean", "variance/proto_std", "variance/proto_cv",
+               "variance/uniform_mean", "variance/uniform_std", "variance/uniform_cv")
+
+    def __init__(self, context: AnalysisContext):
+        super().__init__(context)
+        self.probes: np.ndarray | None = None  # (P, *obs_shape), drawn at the first analysis
+
+    def measure(self, moment: Moment) -> dict[str, float]:
+        agent, replay, cfg = self.context.agent, self.context.replay, self.context.cfg
+        if moment.projections is None or len(replay) == 0:
+            return {}
+        if self.probes is None:
+            self.probes = replay.stack_at(replay.sample_indices(cfg.variance_probes, moment.rng))
+        generator = torch.Generator(device=agent.device).manual_seed(int(moment.rng.integers(2**62)))
+        return reward_variance(agent, replay, self.probes, cfg.variance_repeats, moment.rng, generator,
+                               moment.projections)
+
+    def state_dict(self) -> dict:
+        return {"probes": None if self.probes is None else torch.from_numpy(self.probes.copy())}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.probes = None if state["probes"] is None else state["probes"].numpy()
