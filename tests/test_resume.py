@@ -111,6 +111,7 @@ def test_a_second_ctrl_c_stops_at_once(tmp_path):
     process = start("pretrain", *RUN, "checkpoints.every_frames=null", "pretrain_frames=20000", run_dir=run_dir,
                     output=True)
     wait_for_rows(process, run_dir / "pretrain" / "train.csv", 1)
+    time.sleep(0.3)  # past the first episode's end, whose hooks would take the first Ctrl-C's checkpoint at once
     process.send_signal(signal.SIGINT)
     time.sleep(0.2)
     process.send_signal(signal.SIGINT)

@@ -3,13 +3,18 @@ and status 130 for Ctrl-C."""
 
 from __future__ import annotations
 
+import signal
 import sys
+import threading
 
 INTERRUPTED_STATUS = 130  # 128 + SIGINT, as shells report a command stopped by Ctrl-C
 
 
 def exit_interrupted(interrupt: KeyboardInterrupt) -> None:
-    """One line saying where Ctrl-C stopped the run and how to resume it; exit status 130."""
+    """One line saying where Ctrl-C stopped the run and how to resume it; exit status 130. A further Ctrl-C while
+    the process exits changes nothing (Python's shutdown would otherwise let it kill the process by the signal)."""
+    if threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
     where = str(interrupt) or ("interrupted; rerun the same command to resume: completed phases are kept and a "
                                "phase resumes from its last checkpoint")
     print(f"protorl: {where}", file=sys.stderr, flush=True)
