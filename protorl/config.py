@@ -15,6 +15,18 @@ from omegaconf import MISSING
 
 from protorl.errors import ConfigError
 
+__all__ = ["EVAL_SEED_OFFSET", "GROUPS", "MAX_SEED", "RENAMED", "AgentConfig", "AnalysesConfig", "CheckpointsConfig",
+           "Config", "ConfigError", "EnvConfig", "EvaluationConfig", "LoggingConfig", "ReplayConfig", "RuntimeConfig",
+           "SnapshotsConfig", "TrainingConfig", "architecture", "architecture_keys", "downstream_tasks", "free",
+           "grouped", "in_unit_interval", "invalid", "period", "positive", "renamed_message", "rerun_free_keys",
+           "unknown_key_message"]
+
+
+def architecture(default):
+    """An agent setting that fixes the shapes or kind of its snapshot's networks: fine-tuning refuses a snapshot
+    pre-trained with another value (`architecture_keys`)."""
+    return field(default=default, metadata={"architecture": True})
+
 
 def period(default: int):
     """An agent's update period: its part of the update runs every `default` updates (the memory estimate runs an
@@ -26,11 +38,6 @@ def free(default):
     """A setting that changes how a run is watched or where it runs, not what it computes: a run directory is
     continued with it changed (`rerun_free_keys`)."""
     return field(default=default, metadata={"rerun_free": True})
-
-__all__ = ["EVAL_SEED_OFFSET", "GROUPS", "MAX_SEED", "RENAMED", "AgentConfig", "AnalysesConfig", "CheckpointsConfig",
-           "Config", "ConfigError", "EnvConfig", "EvaluationConfig", "LoggingConfig", "ReplayConfig", "RuntimeConfig",
-           "SnapshotsConfig", "TrainingConfig", "downstream_tasks", "free", "grouped", "in_unit_interval", "invalid",
-           "period", "positive", "renamed_message", "rerun_free_keys", "unknown_key_message"]
 
 
 @dataclass
@@ -44,9 +51,9 @@ class AgentConfig:
     batch_size: int = 512
     discount: float = 0.99
     # SAC (appendix C.4)
-    feature_dim: int = 50  # trunk Linear(repr -> 50) + LayerNorm
-    hidden_dim: int = 1024
-    hidden_depth: int = 2
+    feature_dim: int = architecture(50)  # trunk Linear(repr -> 50) + LayerNorm
+    hidden_dim: int = architecture(1024)
+    hidden_depth: int = architecture(2)
     init_temperature: float = 0.1  # SAC's entropy temperature at the start
     log_std_min: float = -10.0
     log_std_max: float = 2.0
@@ -54,7 +61,7 @@ class AgentConfig:
     critic_target_update_every: int = period(2)
     critic_target_tau: float = 0.01  # EMA rate of the critic's target
     augment_pad: int = 4  # random shift of +-4 pixels; 0 disables augmentation
-    state_hidden_dim: int = 256  # the encoder used when env.obs == "states" (replaces the conv encoder)
+    state_hidden_dim: int = architecture(256)  # the encoder used when env.obs == "states" (replaces the conv encoder)
     # How the pixel encoder computes, not what: results equal to float rounding (docs/benchmarks/index.md).
     encoder_micro_batch: int | None = None  # convolve at most this many samples at once; 0: the whole batch;
     # None: the device's measured best (protorl.agents.networks.micro_batch_for)
@@ -366,6 +373,11 @@ RENAMED = {
 def renamed_message(key: str) -> str:
     """The one line that refuses a key of the flat config, naming the key that replaced it."""
     return f"{key} is now {RENAMED[key]}: the settings are grouped (every key: docs/commands.md; CHANGELOG.md)"
+
+
+def architecture_keys(config_class: type[AgentConfig]) -> tuple[str, ...]:
+    """The keys of an agent's config marked `architecture`, in their order: those a snapshot must match."""
+    return tuple(f.name for f in dataclasses.fields(config_class) if f.metadata.get("architecture"))
 
 
 def rerun_free_keys() -> frozenset[str]:

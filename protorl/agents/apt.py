@@ -21,7 +21,7 @@ from protorl.agents.knn import nearest_distances
 from protorl.agents.networks import orthogonal_init
 from protorl.agents.optim import Adam, gradient_step
 from protorl.agents.sac import UpdateSteps
-from protorl.config import AgentConfig, invalid, positive
+from protorl.config import AgentConfig, architecture, invalid, positive
 from protorl.replay import Batch
 
 
@@ -30,7 +30,7 @@ class APTConfig(AgentConfig):
     """APT's own constants."""
 
     name: str = "apt"
-    proj_dim: int = 128  # contrastive projection head: Linear -> ReLU -> Linear
+    proj_dim: int = architecture(128)  # contrastive projection head: Linear -> ReLU -> Linear
     contrastive_temperature: float = 0.5  # NT-Xent temperature (SimCLR's default)
     knn_k: int = 12  # neighbours averaged in the particle-based reward, within the batch
 
@@ -68,7 +68,6 @@ class APTAgent(Agent):
     title = "APT"
     config_class = APTConfig
     metrics = ("repr_loss", "intr_reward_mean", "intr_reward_std", *PROJECTION_METRICS)
-    architecture_keys = ("proj_dim",)
 
     def build(self) -> None:
         cfg = self.cfg

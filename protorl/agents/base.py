@@ -41,7 +41,6 @@ class Agent:
     title = ""  # the method as the docs and figures name it, e.g. "Proto-RL"; empty: `name`
     config_class: type[AgentConfig] = AgentConfig
     metrics: tuple[str, ...] = ()  # train.csv columns of its updates beyond SAC's
-    architecture_keys: tuple[str, ...] = ()  # its config keys that fix its snapshot's networks, beyond SAC's
     loads_pretrained_actor = False  # downstream starts from the exploration actor (Proto-RL, appendix C.6)
 
     def __init__(self, obs_type: str, obs_shape: tuple[int, ...], action_shape: tuple[int, ...],

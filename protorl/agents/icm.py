@@ -20,7 +20,7 @@ from protorl.agents.diagnostics import PROJECTION_METRICS, projection_diagnostic
 from protorl.agents.networks import mlp, orthogonal_init
 from protorl.agents.optim import Adam, gradient_step
 from protorl.agents.sac import UpdateSteps
-from protorl.config import AgentConfig, positive
+from protorl.config import AgentConfig, architecture, positive
 from protorl.replay import Batch
 
 
@@ -29,8 +29,8 @@ class ICMConfig(AgentConfig):
     """Curiosity's own constants (appendix C.4)."""
 
     name: str = "icm"
-    proj_dim: int = 50  # linear projection phi of the encoder's features
-    model_hidden_dim: int = 1024  # forward and inverse models: 2-layer MLPs with ReLU
+    proj_dim: int = architecture(50)  # linear projection phi of the encoder's features
+    model_hidden_dim: int = architecture(1024)  # forward and inverse models: 2-layer MLPs with ReLU
 
     def check(self) -> None:
         super().check()
@@ -109,7 +109,6 @@ class ICMAgent(EncoderTrainedByCritic):
     title = "Curiosity (ICM)"
     config_class = ICMConfig
     metrics = ("icm_forward_loss", "icm_inverse_loss", "intr_reward_mean", "intr_reward_std", *PROJECTION_METRICS)
-    architecture_keys = ("proj_dim", "model_hidden_dim")
 
     def build(self) -> None:
         super().build()

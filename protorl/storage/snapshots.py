@@ -14,7 +14,7 @@ from pathlib import Path
 import torch
 
 from protorl.agents import Agent, agent_class
-from protorl.config import AgentConfig
+from protorl.config import AgentConfig, architecture_keys
 from protorl.errors import ConfigError, SnapshotError, first_line
 from protorl.storage.atomic import atomic_save, safe_load
 from protorl.storage.digests import archive_digest, file_sha256
@@ -42,9 +42,6 @@ def save_snapshot(path: Path, agent_state: dict, env_spec: dict, config: dict, f
     return atomic_save(payload, path)
 
 
-# SAC's settings that fix which networks every snapshot holds and their shapes; each agent adds its own
-# (`Agent.architecture_keys`)
-ARCHITECTURE_KEYS = ("name", "feature_dim", "hidden_dim", "hidden_depth", "state_hidden_dim")
 
 
 def load_snapshot(path: str | Path, env_spec: dict | None = None, agent_config: AgentConfig | None = None) -> dict:
@@ -185,9 +182,8 @@ def check_architecture(path: Path, saved_agent: dict, agent_config: AgentConfig)
     if saved_agent.get("name") != agent_config.name:
         raise SnapshotError(f"snapshot {path} was pre-trained by agent {saved_agent.get('name')!r}, not "
                             f"{agent_config.name!r}: pass agent={saved_agent.get('name')} to finetune")
-    agent = agent_class(agent_config.name)
     differences = [f"agent.{key}={saved_agent.get(key)!r} in the snapshot, {getattr(agent_config, key)!r} here"
-                   for key in (*ARCHITECTURE_KEYS, *agent.architecture_keys)
+                   for key in architecture_keys(agent_class(agent_config.name).config_class)
                    if saved_agent.get(key) != getattr(agent_config, key)]
     if differences:
         raise SnapshotError(f"snapshot {path} was pre-trained with other network sizes; pass the snapshot's "

@@ -45,7 +45,7 @@ from protorl.agents.proto.math import (
     sinkhorn,
 )
 from protorl.agents.sac import UpdateSteps
-from protorl.config import AgentConfig, in_unit_interval, invalid, period, positive
+from protorl.config import AgentConfig, architecture, in_unit_interval, invalid, period, positive
 from protorl.replay import Batch
 
 log = logging.getLogger("protorl")
@@ -57,9 +57,9 @@ class ProtoConfig(AgentConfig):
 
     name: str = "proto"
     # Prototypical representation (appendix C.2)
-    proj_dim: int = 128
-    pred_hidden_dim: int = 512
-    num_prototypes: int = 512
+    proj_dim: int = architecture(128)
+    pred_hidden_dim: int = architecture(512)
+    num_prototypes: int = architecture(512)
     temperature: float = 0.1  # softmax temperature of the assignments (the paper's tau in section 4, temp in D)
     sinkhorn_iters: int = 3
     ssl_update_every: int = period(1)  # an L_SSL step every N agent updates (the paper's text: 1; its code: 2)
@@ -67,17 +67,17 @@ class ProtoConfig(AgentConfig):
     encoder_target_tau: float = 0.05  # EMA rate of the target encoder and projector
     # between the linear projector and the L2 normalisation: "none" (the paper), or a departure that keeps
     # the projections from collapsing, "center" (subtract the mean) or "batchnorm" (math.py, Projector)
-    anti_collapse: str = "none"
+    anti_collapse: str = architecture("none")
     anti_collapse_momentum: float = 0.1  # of its running statistics (BatchNorm's default)
     # Entropy-based intrinsic reward (appendix C.3)
-    candidates_per_prototype: int = 4  # T: queue size is num_prototypes * T
+    candidates_per_prototype: int = architecture(4)  # T: queue size is num_prototypes * T
     knn_k: int = 3
     # false (the paper): enqueue a batch's candidates, then score it, so at small batches a frame's k nearest
     # include copies of itself; true: score against the candidates of earlier batches, then enqueue
     reward_before_enqueue: bool = False
     # where the k-NN distances are measured: "sphere" (the paper: L2-normalised projections) or "raw" (the
     # projections before L2 normalisation over their running RMS spread; needed with anti_collapse != none)
-    reward_space: str = "sphere"
+    reward_space: str = architecture("sphere")
     intr_coef: float = 0.2  # downstream alpha in r + alpha * r_intr
 
     def check(self) -> None:
@@ -110,8 +110,6 @@ class ProtoAgent(Agent):
     # intr_reward_share (downstream and online): the intrinsic part of the batch's reward (`intrinsic_share`)
     metrics = ("repr_loss", "intr_reward_mean", "intr_reward_std", "extr_reward_mean", "intr_reward_share",
                *PROTOTYPE_METRICS, *PROJECTION_METRICS)
-    architecture_keys = ("proj_dim", "pred_hidden_dim", "num_prototypes", "candidates_per_prototype",
-                         "anti_collapse", "reward_space")
     loads_pretrained_actor = True
     cfg: ProtoConfig
 
