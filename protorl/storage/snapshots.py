@@ -62,7 +62,7 @@ def load_snapshot(path: str | Path, env_spec: dict | None = None, agent_config: 
     if missing:
         raise SnapshotError(f"snapshot {path}: incomplete, missing {', '.join(missing)}")
     check_structure(path, payload)
-    check_finite(path, payload["agent"])
+    check_weights_finite(path, payload["agent"])
     if env_spec is not None:
         check_spec(path, payload["env_spec"], env_spec)
     if agent_config is not None:
@@ -101,7 +101,7 @@ def check_structure(path: Path, payload: dict) -> None:
         raise SnapshotError(f"snapshot {path}: its networks are not those its config describes: {shown}")
 
 
-def check_finite(path: Path, agent_state: dict) -> None:
+def check_weights_finite(path: Path, agent_state: dict) -> None:
     """`SnapshotError` naming the tensors of a snapshot's agent that hold NaN or infinite values."""
     bad = _non_finite(agent_state, "agent")
     if bad:
