@@ -54,9 +54,10 @@ class Stopwatch(Callback):
 
 def timed_phase(cfg: Config, phase: str, out_dir: Path, pretrained: dict | None = None) -> float:
     """Frames per second of `phase` after its seed transitions."""
-    from protorl.training.loop import Trainer
+    from protorl.training import Trainer, phase_of
 
-    trainer = Trainer(cfg, phase, cfg.task, out_dir, pretrained=pretrained)
+    kind = "pretrain" if phase == "pretrain" else "finetune" if pretrained is not None else "scratch"
+    trainer = Trainer(cfg, phase_of(cfg, kind, cfg.task), out_dir, pretrained=pretrained)
     watch = Stopwatch(cfg.training.seed_transitions * cfg.env.action_repeat)
     trainer.callbacks.insert(0, watch)  # its phase end comes before the final evaluation's
     trainer.run()

@@ -30,8 +30,8 @@ import torch
 from hydra import compose, initialize_config_module
 from omegaconf import OmegaConf
 
-import protorl.app.cli  # noqa: F401  (registers the config schemas that the commands compose with)
 from protorl.agents import make_agent
+from protorl.app.cli import register_configs
 from protorl.config import Config
 from protorl.envs import make_env
 from protorl.errors import CheckpointError
@@ -44,6 +44,7 @@ from protorl.storage.snapshots import FORMAT_VERSION
 
 def config(preset: str) -> Config:
     """protorl-train's config with `preset` (the main job is `demo`), as the command composes it."""
+    register_configs()  # the schema the commands' configs build on
     with initialize_config_module("protorl.conf", version_base="1.3"):
         composed = compose("train", overrides=[f"preset={preset}"])
     settings = OmegaConf.masked_copy(composed, [key for key in composed if key != "run_dir"])  # Hydra's own

@@ -56,7 +56,7 @@ def slope_per_100(xs: list[float], ys: list[float]) -> float:
 
 def build_config(args: argparse.Namespace, run_dir: Path):
     from protorl.agents.proto.agent import ProtoConfig
-    from protorl.app.commands import configured
+    from protorl.app.plan import configured
 
     steps_per_episode = -(-EPISODE_FRAMES // args.action_repeat)
     checkpoint_every = args.checkpoint_every_episodes * EPISODE_FRAMES if args.checkpoint_every_episodes else None
@@ -97,7 +97,7 @@ def main() -> None:
     every = args.every or max(1, args.episodes // 25)
 
     from protorl.app.validate import validate
-    from protorl.training import Trainer, prepare_process
+    from protorl.training import Trainer, phase_of, prepare_process
     from protorl.training.callbacks import Callback
 
     samples: list[tuple[int, int, float, int, bool]] = []  # (episode, frames, rss MB, gc objects, ring wrapped)
@@ -123,7 +123,7 @@ def main() -> None:
               f"{cfg.env.action_repeat}), batch {cfg.agent.batch_size}, replay capacity {cfg.replay.capacity}, "
               f"{args.threads} thread(s), fast_malloc={cfg.runtime.fast_malloc}; python {sys.version.split()[0]}")
         rss_start = rss_mb()
-        trainer = Trainer(cfg, "pretrain", cfg.task, Path(tmp) / "pretrain")
+        trainer = Trainer(cfg, phase_of(cfg, "pretrain", cfg.task), Path(tmp) / "pretrain")
         trainer.callbacks.append(Sampler(trainer))
         print(f"RSS before the trainer: {rss_start:.1f} MB, after building it: {rss_mb():.1f} MB")
         print(f"{'episode':>8} {'frames':>10} {'RSS MB':>9} {'gc objects':>11} {'wrapped':>8} {'time s':>8}")

@@ -40,7 +40,7 @@ from protorl.exploration.reward_variance import (
 from protorl.logs.logger import Logger
 from protorl.replay import ReplayBuffer
 from protorl.reports.analyze import analyze_run
-from protorl.training import Trainer
+from protorl.training import Trainer, phase_of
 from protorl.training.callbacks.exploration import AnalysisMonitor, analysis_columns
 from tests.agents import config_of
 from tests.agents import tiny_config as tiny_agent_config
@@ -247,11 +247,11 @@ def test_exact_resume_with_analyses_and_no_effect_on_training(tmp_path):
     and a run without analyses trains identically (the analyses draw from their own generators)."""
     cfg = tiny_run_config(tmp_path)
     straight = tmp_path / "straight"
-    Trainer(cfg, "pretrain", cfg.task, straight).run()
+    Trainer(cfg, phase_of(cfg, "pretrain", cfg.task), straight).run()
     resumed = tmp_path / "resumed"
     shutil.copytree(straight, resumed)
     (resumed / "result.json").unlink()
-    trainer = Trainer(cfg, "pretrain", cfg.task, resumed)
+    trainer = Trainer(cfg, phase_of(cfg, "pretrain", cfg.task), resumed)
     trainer.load_state_dict(torch.load(resumed / "checkpoints" / "checkpoint_1000.pt", weights_only=True))
     assert len(read_csv(resumed / "analysis.csv")[1]) == 1  # rows after the checkpoint dropped
     trainer.run()
@@ -263,7 +263,8 @@ def test_exact_resume_with_analyses_and_no_effect_on_training(tmp_path):
         assert (resumed / "maps" / name).read_bytes() == (straight / "maps" / name).read_bytes()
 
     plain = tmp_path / "plain"
-    Trainer(tiny_run_config(tmp_path, analyses={"every_frames": None}), "pretrain", cfg.task, plain).run()
+    Trainer(tiny_run_config(tmp_path, analyses={"every_frames": None}), phase_of(cfg, "pretrain", cfg.task),
+            plain).run()
     assert not (plain / "analysis.csv").exists()
     timing = ("fps", "total_time_s")
     assert without(read_csv(plain / "train.csv")[1], *timing) == without(read_csv(straight / "train.csv")[1], *timing)
@@ -299,7 +300,7 @@ def test_an_analysis_of_ones_own_is_one_class_registered_and_resumes(tmp_path):
     try:
         cfg = tiny_run_config(tmp_path)
         straight = tmp_path / "straight"
-        Trainer(cfg, "pretrain", cfg.task, straight).run()
+        Trainer(cfg, phase_of(cfg, "pretrain", cfg.task), straight).run()
         columns, rows = read_csv(straight / "analysis.csv")
         assert columns[-3:] == ["reach/max_distance", "reach/measurements", "analysis/time_s"]
         assert [row["reach/measurements"] for row in rows] == ["1", "2", "3"]
@@ -307,7 +308,7 @@ def test_an_analysis_of_ones_own_is_one_class_registered_and_resumes(tmp_path):
         resumed = tmp_path / "resumed"
         shutil.copytree(straight, resumed)
         (resumed / "result.json").unlink()
-        trainer = Trainer(cfg, "pretrain", cfg.task, resumed)
+        trainer = Trainer(cfg, phase_of(cfg, "pretrain", cfg.task), resumed)
         trainer.load_state_dict(torch.load(resumed / "checkpoints" / "checkpoint_1000.pt", weights_only=True))
         trainer.run()
         assert without(read_csv(resumed / "analysis.csv")[1], "analysis/time_s") == without(rows, "analysis/time_s")
@@ -320,12 +321,13 @@ def test_an_analysis_of_ones_own_is_one_class_registered_and_resumes(tmp_path):
 def test_resuming_with_other_analysis_settings_is_refused_with_a_reason(tmp_path):
     cfg = tiny_run_config(tmp_path)
     run_dir = tmp_path / "run"
-    Trainer(cfg, "pretrain", cfg.task, run_dir).run()
+    Trainer(cfg, phase_of(cfg, "pretrain", cfg.task), run_dir).run()
     state = torch.load(run_dir / "checkpoints" / "checkpoint_1000.pt", weights_only=True)
     for other, reason in [(tiny_run_config(tmp_path, analyses={"every_frames": None}), "written with analyses on"),
                           (tiny_run_config(tmp_path, analyses={"coverage_bins": 7}),
                            "coverage histogram has shape (20, 20)")]:
-        trainer = Trainer(other, "pretrain", cfg.task, tmp_path / f"other_{other.analyses.coverage_bins}")
+        trainer = Trainer(other, phase_of(other, "pretrain", cfg.task),
+                          tmp_path / f"other_{other.analyses.coverage_bins}")
         with pytest.raises(CheckpointError, match=re.escape(reason)):
             trainer.load_state_dict(state)
 

@@ -238,7 +238,9 @@ def test_every_method_is_selectable_by_name():
     listing the valid ones."""
     from hydra import compose, initialize_config_module
 
-    import protorl.app.cli  # noqa: F401  (registers the structured schema)
+    from protorl.app.cli import register_configs
+
+    register_configs()  # the schema the commands' configs build on
 
     methods = {"proto": ProtoAgent, "random": RandomAgent, "icm": ICMAgent, "apt": APTAgent, "drq": DrQAgent}
     assert BUILT_IN == methods

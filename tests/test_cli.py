@@ -290,16 +290,16 @@ def test_same_seed_reproduces_the_run(pretrain_run, tmp_path):
 
 COUNTING = """
 import atexit, sys
-import protorl.app.commands as commands
-counts = {"check": 0, "load_snapshot": 0}
+import protorl.app.plan as plan
+counts = {"plan_run": 0, "load_snapshot": 0}
 def counted(name, function):
     def call(*args, **kwargs):
         counts[name] += 1
         return function(*args, **kwargs)
     return call
-commands.check = counted("check", commands.check)
-commands.load_snapshot = counted("load_snapshot", commands.load_snapshot)
-atexit.register(lambda: print("counts", counts["check"], counts["load_snapshot"]))
+plan.plan_run = counted("plan_run", plan.plan_run)
+plan.load_snapshot = counted("load_snapshot", plan.load_snapshot)
+atexit.register(lambda: print("counts", counts["plan_run"], counts["load_snapshot"]))
 from protorl.app.cli import finetune
 sys.argv[0] = "protorl-finetune"
 finetune()
@@ -307,7 +307,7 @@ finetune()
 
 
 def test_a_command_checks_its_config_and_reads_its_snapshot_once(pretrain_run, tmp_path):
-    """The check before Hydra writes is the one the run uses: one checking pass, one read of the snapshot."""
+    """The plan made before Hydra writes is the one the run runs: one plan, one read of the snapshot."""
     pretrain_dir, pretrain_result = pretrain_run
     assert_ok(pretrain_result)
     snapshot = pretrain_dir / "pretrain" / "snapshots" / "snapshot_1000.pt"

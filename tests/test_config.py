@@ -229,7 +229,9 @@ def test_composed_cli_configs(config_name, paper_scale):
     """The YAML files: pretrain/finetune default to the paper preset, train to the main job (preset=demo)."""
     from hydra import compose, initialize_config_module
 
-    import protorl.app.cli  # noqa: F401  (registers the structured schema)
+    from protorl.app.cli import register_configs
+
+    register_configs()  # the schema the commands' configs build on
 
     with initialize_config_module(config_module="protorl.conf", version_base="1.3"):
         cfg = compose(config_name=config_name)
@@ -254,7 +256,9 @@ def test_composed_cli_configs(config_name, paper_scale):
 def test_proto_paper_pins_the_published_algorithm_under_any_preset(preset):
     from hydra import compose, initialize_config_module
 
-    import protorl.app.cli  # noqa: F401
+    from protorl.app.cli import register_configs
+
+    register_configs()  # the schema the commands' configs build on
 
     with initialize_config_module(config_module="protorl.conf", version_base="1.3"):
         paper = compose(config_name="pretrain", overrides=[f"preset={preset}", "agent=proto_paper"])

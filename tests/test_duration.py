@@ -9,9 +9,9 @@ import sys
 import pytest
 
 from protorl.app.duration import PhaseDuration, RunDuration, check_duration, env_steps_of, updates_of
-from protorl.app.phases import planned_phases
 from protorl.config import ConfigError
 from protorl.training import Trainer
+from protorl.training.phases import planned_phases
 from tests.agents import tiny
 from tests.runs import assert_user_error, environment, read_csv
 
@@ -21,7 +21,7 @@ def test_the_estimate_counts_what_a_run_does(tmp_path):
     evaluation that does not fall on the phase's last frame)."""
     cfg = tiny(tmp_path, finetune_frames=3000, evaluation={"every_frames": 2000}, training={"update_every_steps": 2})
     (phase,) = planned_phases(cfg, "finetune", snapshot_given=False)
-    trainer = Trainer(cfg, "finetune", cfg.task, tmp_path / "finetune")
+    trainer = Trainer(cfg, phase, tmp_path / "finetune")
     trainer.run()
     evaluations = len(read_csv(tmp_path / "finetune" / "eval.csv")[1])
     assert updates_of(cfg, phase) == trainer.updates
@@ -34,10 +34,11 @@ def test_a_run_longer_than_max_hours_is_refused_with_what_to_run_instead(tmp_pat
     long = RunDuration((PhaseDuration("pretrain", 200_000, 0.864, 0, 0.015),), "CPU")  # 172800 s
     with pytest.raises(ConfigError, match=r"at least 2\.0 days .* runtime\.max_hours=0\.5: .*protorl-train "
                                           r".*preset=small.*runtime\.max_hours=null"):
-        check_duration(cfg, "pretrain", estimate=long)
-    assert check_duration(tiny(tmp_path, runtime={"max_hours": None}), "pretrain", estimate=long) is long
+        check_duration(cfg, planned_phases(cfg, "pretrain", snapshot_given=False), estimate=long)
+    unlimited = tiny(tmp_path, runtime={"max_hours": None})
+    assert check_duration(unlimited, planned_phases(unlimited, "pretrain", snapshot_given=False), estimate=long) is long
     short = RunDuration((PhaseDuration("pretrain", 100, 0.9, 100, 0.015),), "CPU")
-    assert check_duration(cfg, "pretrain", estimate=short) is short
+    assert check_duration(cfg, planned_phases(cfg, "pretrain", snapshot_given=False), estimate=short) is short
 
 
 def newcomer(command: str, cwd, timeout: float) -> subprocess.CompletedProcess:

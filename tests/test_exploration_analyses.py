@@ -80,7 +80,7 @@ def test_downstream_seed_transitions_come_from_the_pretrained_actor(tmp_path):
     import torch
 
     from protorl.agents import make_agent
-    from protorl.training import Trainer
+    from protorl.training import Trainer, phase_of
     from tests.agents import config_of, tiny_config
 
     cfg = config_of({"task": "point_mass_maze_reach_top_left", "finetune_frames": 800, "run_dir": str(tmp_path),
@@ -98,9 +98,9 @@ def test_downstream_seed_transitions_come_from_the_pretrained_actor(tmp_path):
                 "action_repeat": 8}
     snapshot = {"agent": explorer.representation_state(), "env_spec": env_spec,
                 "config": {"agent": dataclasses.asdict(cfg.agent)}, "frames": 1000}
-    seeded = Trainer(cfg, "finetune", cfg.task, tmp_path / "from_snapshot", snapshot)
+    seeded = Trainer(cfg, phase_of(cfg, "finetune"), tmp_path / "from_snapshot", snapshot)
     seeded.run()
-    plain = Trainer(dataclasses.replace(cfg, agent=tiny_config("drq")), "finetune", cfg.task,
+    plain = Trainer(dataclasses.replace(cfg, agent=tiny_config("drq")), phase_of(cfg, "scratch"),
                     tmp_path / "no_pretraining")
     plain.run()
     for trainer, actor in ((seeded, True), (plain, False)):

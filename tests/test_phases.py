@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 
 from protorl.agents import agent_config
-from protorl.app.phases import planned_phases
 from protorl.config import AgentConfig, Config
+from protorl.training.phases import planned_phases
 
 TASKS = ["walker_stand", "walker_walk"]
 
@@ -42,3 +42,43 @@ def test_pretrain_runs_one_phase_on_the_pretraining_task():
     assert plan("proto", "pretrain", pretrain_task="walker_run", finetune_tasks=TASKS) == [
         ("pretrain", "walker_run", "pretrain")]
     assert [kind for kind, _, _ in plan("proto", "finetune", snapshot_given=True)] == ["finetune"]
+
+
+def test_the_plan_of_a_run_holds_its_checked_config_and_the_phases_the_trainer_runs(tmp_path):
+    """`plan_run` is what every way into a run calls: the phases it returns are the ones `run_plan` runs, each
+    trainer's agent made in the phase's mode, and the checked config is the one the run directory records."""
+    from protorl.app.commands import run_plan
+    from protorl.app.plan import plan_run
+    from protorl.training import loop
+    from tests.agents import tiny
+
+    plan = plan_run(tiny(tmp_path / "run", compare_without_pretraining=True), "train")
+    assert [(p.kind, p.dir_name, p.agent_mode) for p in plan.phases] == [
+        ("pretrain", "pretrain", "pretrain"), ("finetune", "finetune", "frozen"),
+        ("scratch", "finetune_scratch_point_mass_easy", "online")]
+    assert plan.memory is not None and plan.memory.total > 0 and plan.pretrained is None
+    modes, make_agent = [], loop.make_agent
+
+    def recording(cfg, obs_type, obs_shape, action_shape, device, mode):
+        modes.append(mode)
+        return make_agent(cfg, obs_type, obs_shape, action_shape, device, mode)
+
+    loop.make_agent = recording
+    try:
+        results = run_plan(plan)
+    finally:
+        loop.make_agent = make_agent
+    assert modes == [p.agent_mode for p in plan.phases]
+    assert [r.out_dir.name for r in results] == [p.dir_name for p in plan.phases]
+    assert [r.frames for r in results] == [p.frames for p in plan.phases]
+
+
+def test_a_trainer_refuses_a_phase_its_snapshot_does_not_fit(tmp_path):
+    from protorl.training import Trainer, phase_of
+    from tests.agents import tiny
+
+    cfg = tiny(tmp_path)
+    with pytest.raises(ValueError, match="a finetune phase needs pre-trained snapshot"):
+        Trainer(cfg, phase_of(cfg, "finetune"), tmp_path / "finetune")
+    with pytest.raises(ValueError, match="a pretrain phase takes no pre-trained snapshot"):
+        Trainer(cfg, phase_of(cfg, "pretrain"), tmp_path / "pretrain", pretrained={"agent": {}})

@@ -14,8 +14,7 @@ from hydra.core.override_parser.overrides_parser import OverridesParser
 from omegaconf import OmegaConf
 
 import protorl
-import protorl.app.cli
-from protorl.app.cli import BASIC_SWEEPER, _sweep_jobs
+from protorl.app.cli import _sweep_jobs, register_configs
 
 LIBRARIES = ("torch", "hydra", "omegaconf")
 PACKAGE = Path(protorl.__file__).parent
@@ -37,6 +36,9 @@ def _private_uses(source: str) -> list[str]:
                                                     for part in name.split("."))]
             aliases.update({alias.asname or alias.name: f"{node.module}.{alias.name}" for alias in node.names})
     for node in ast.walk(tree):
+        if isinstance(node, ast.Constant) and isinstance(node.value, str) and _private_path(node.value):
+            found.append(node.value)  # a private path written as a string, e.g. a class for Hydra to find
+    for node in ast.walk(tree):
         if isinstance(node, ast.Attribute) and node.attr.startswith("_") and not node.attr.startswith("__"):
             root = node.value
             while isinstance(root, ast.Attribute):
@@ -46,12 +48,22 @@ def _private_uses(source: str) -> list[str]:
     return found
 
 
+def _private_path(text: str) -> bool:
+    """Whether `text` is a dotted path with a private part into Hydra or OmegaConf, which instantiate what such a
+    string names."""
+    parts = text.split(".")
+    return (len(parts) > 1 and parts[0] in ("hydra", "omegaconf") and all(part.isidentifier() for part in parts)
+            and any(part.startswith("_") and not part.startswith("__") for part in parts))
+
+
 def test_the_check_finds_private_imports_and_attributes():
     source = ("import torch\nfrom torch.utils import _pytree\nfrom torch.utils._python_dispatch import Mode\n"
               "import hydra._internal.utils\nfrom torch import nn as n\nx = torch._foreach_add_\ny = n._x\n"
-              "z = torch.nn.functional.relu\nw = something._private\nv = torch.__version__\n")
+              "z = torch.nn.functional.relu\nw = something._private\nv = torch.__version__\n"
+              "s = 'hydra._internal.core_plugins.basic_sweeper.BasicSweeper'\nt = 'hydra.utils'\nu = 'a _b'\n")
     assert _private_uses(source) == ["torch.utils._pytree", "torch.utils._python_dispatch",
                                      "torch.utils._python_dispatch.Mode", "hydra._internal.utils",
+                                     "hydra._internal.core_plugins.basic_sweeper.BasicSweeper",
                                      "torch._foreach_add_", "n._x"]
 
 
@@ -68,12 +80,13 @@ def test_the_package_uses_no_private_api_of_its_libraries(path):
 ])
 def test_a_multiruns_jobs_are_expanded_as_hydras_basic_sweeper_expands_them(overrides):
     GlobalHydra.instance().clear()
+    register_configs()  # the schema the commands' configs build on
     with initialize_config_module("protorl.conf", version_base="1.3"):
         fixed = [item for item in overrides if item.startswith("experiment=")]
         config = compose("pretrain", overrides=[*fixed, "run_dir=unused"], return_hydra_config=True)
         OmegaConf.set_readonly(config, False)
         config.hydra.overrides.task = overrides  # as a multirun's command line sets them
-        assert config.hydra.sweeper._target_ == BASIC_SWEEPER
+        assert config.hydra.runtime.choices["hydra/sweeper"] == "basic"
         params = [f"{key}={value}" for key, value in (config.hydra.sweeper.get("params") or {}).items()]
         parser = OverridesParser.create(config_loader=GlobalHydra.instance().config_loader())
         expected = [job for batch in BasicSweeper.split_arguments(

@@ -19,7 +19,7 @@ from protorl.config import Config, ConfigError, TrainingConfig
 from protorl.envs import DMCEnv
 from protorl.errors import SnapshotError
 from protorl.runtime import prepare_process
-from protorl.training import Trainer
+from protorl.training import Trainer, phase_of
 from protorl.training.rng_state import capture_rngs, restore_rngs
 from tests.agents import tiny, tiny_config
 from tests.runs import read_csv, read_rows
@@ -95,11 +95,12 @@ def test_a_finished_trainer_is_freed_without_the_garbage_collector(tmp_path):
     collector's next pass: on a GPU the next phase needs that memory."""
     config = tiny(tmp_path / "run")
     prepare_process(config.runtime)
-    Trainer(config, "pretrain", "point_mass_easy", tmp_path / "first", None).run()  # torch's one-time set-up
+    phase = phase_of(config, "pretrain", "point_mass_easy")
+    Trainer(config, phase, tmp_path / "first").run()  # torch's one-time set-up
     gc.collect()
     gc.disable()
     try:
-        trainer = Trainer(config, "pretrain", "point_mass_easy", tmp_path / "second", None)
+        trainer = Trainer(config, phase, tmp_path / "second")
         alive = weakref.ref(trainer)
         trainer.run()
         del trainer

@@ -17,6 +17,7 @@ import protorl
 from protorl.agents.optim import ShapeOnlyAdam, make_adam
 from protorl.app.resources import _LiveBytes, _meminfo, check_memory, estimate_memory
 from protorl.config import ConfigError
+from protorl.training.phases import planned_phases
 from tests.agents import tiny, tiny_config
 from tests.runs import STATES, assert_user_error, environment, run
 
@@ -131,9 +132,9 @@ def test_on_a_gpu_the_agent_is_checked_against_the_gpus_free_memory(tmp_path, mo
     agent_bytes = estimate_memory(cfg, "pretrain").agent
     monkeypatch.setattr(torch.cuda, "mem_get_info", lambda device=None: (agent_bytes // 2, 80 * 2**30))
     with pytest.raises(ConfigError, match=r"the agent would need about .* GiB of cuda at its peak"):
-        check_memory(cfg, "pretrain")
+        check_memory(cfg, planned_phases(cfg, "pretrain", snapshot_given=False))
     monkeypatch.setattr(torch.cuda, "mem_get_info", lambda device=None: (agent_bytes * 2, 80 * 2**30))
-    assert check_memory(cfg, "pretrain").agent == agent_bytes
+    assert check_memory(cfg, planned_phases(cfg, "pretrain", snapshot_given=False)).agent == agent_bytes
 
 
 @pytest.mark.parametrize(("capacity", "replay_on_device", "refused"), [
@@ -152,9 +153,9 @@ def test_on_a_gpu_the_replays_frames_count_where_the_run_keeps_them(tmp_path, mo
     monkeypatch.setattr(torch.cuda, "mem_get_info", lambda device=None: (free, 80 * 2**30))
     if refused:
         with pytest.raises(ConfigError, match="with the replay's frames"):
-            check_memory(cfg, "pretrain")
+            check_memory(cfg, planned_phases(cfg, "pretrain", snapshot_given=False))
     else:
-        check_memory(cfg, "pretrain")
+        check_memory(cfg, planned_phases(cfg, "pretrain", snapshot_given=False))
 
 
 def test_the_estimate_runs_every_part_of_the_update_whatever_its_schedules(tmp_path):

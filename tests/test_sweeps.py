@@ -160,7 +160,9 @@ def test_every_experiment_preset_composes_to_a_valid_sweep(name):
     """Each figure's preset composes with the right command and sweeps only over valid values."""
     from hydra import compose, initialize_config_module
 
-    import protorl.app.cli  # noqa: F401 - registers the config schema with Hydra
+    from protorl.app.cli import register_configs
+
+    register_configs()  # the schema the commands' configs build on
     from protorl.app.validate import validate
     from protorl.envs import check_task
 

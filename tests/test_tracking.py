@@ -23,7 +23,9 @@ def test_wandb_is_off_by_default(tmp_path, monkeypatch):
     say false, and a configuration left at the default neither imports wandb nor writes the run id file."""
     from hydra import compose, initialize_config_module
 
-    import protorl.app.cli  # noqa: F401  (registers the structured schema)
+    from protorl.app.cli import register_configs
+
+    register_configs()  # the schema the commands' configs build on
     from protorl.logs.tracking import ID_FILE, phase_tracker, start_run
 
     assert Config().logging.wandb is False

@@ -13,17 +13,18 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import torch
 
 from protorl.agents import agent_config, make_agent
-from protorl.app.phases import PlannedPhase, planned_phases
 from protorl.app.resources import steps_running_every_schedule
 from protorl.config import Config, ConfigError
 from protorl.envs import make_env
 from protorl.replay import Batch
 from protorl.runtime import resolve_device
+from protorl.training.phases import PlannedPhase
 
 log = logging.getLogger("protorl")
 TIMED_FROM_UPDATES = 10_000  # runs with fewer updates are not timed
@@ -85,10 +86,9 @@ def env_steps_of(cfg: Config, phase: PlannedPhase) -> int:
     return steps + evaluations * cfg.evaluation.episodes * (EPISODE_FRAMES // cfg.env.action_repeat)
 
 
-def estimate_duration(cfg: Config, command: str, snapshot_given: bool = False) -> RunDuration | None:
-    """The estimate of the phases `command` runs with `cfg`; None for a run of fewer than `TIMED_FROM_UPDATES`
-    updates, which is not timed."""
-    phases = planned_phases(cfg, command, snapshot_given)
+def estimate_duration(cfg: Config, phases: Sequence[PlannedPhase]) -> RunDuration | None:
+    """The estimate of `phases` (a run's, in order); None for a run of fewer than `TIMED_FROM_UPDATES` updates,
+    which is not timed."""
     if sum(updates_of(cfg, phase) for phase in phases) < TIMED_FROM_UPDATES:
         return None
     device = resolve_device(cfg.runtime.device)
@@ -107,12 +107,13 @@ def estimate_duration(cfg: Config, command: str, snapshot_given: bool = False) -
                        "GPU" if device.type == "cuda" else "CPU")
 
 
-def check_duration(cfg: Config, command: str, snapshot_given: bool = False,
+def check_duration(cfg: Config, phases: Sequence[PlannedPhase],
                    estimate: RunDuration | None = None) -> RunDuration | None:
-    """Raise `ConfigError` if the run's estimate (`estimate`, or `estimate_duration`'s) exceeds `runtime.max_hours`,
-    naming what to run instead; the estimate (logged when made here) otherwise, or None where the run is not timed."""
+    """Raise `ConfigError` if the estimate of `phases` (a run's: `estimate`, or `estimate_duration`'s) exceeds
+    `runtime.max_hours`, naming what to run instead; the estimate (logged when made here) otherwise, or None where
+    the run is not timed."""
     made_here = estimate is None
-    estimate = estimate or estimate_duration(cfg, command, snapshot_given)
+    estimate = estimate or estimate_duration(cfg, phases)
     if estimate is None:
         return None
     if cfg.runtime.max_hours is not None and estimate.seconds > cfg.runtime.max_hours * HOUR_S:

@@ -23,6 +23,7 @@ import logging
 import math
 import os
 import weakref
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -30,12 +31,12 @@ import torch
 from torch.overrides import TorchFunctionMode
 
 from protorl.agents import agent_config, make_agent
-from protorl.app.phases import planned_phases
 from protorl.config import AgentConfig, Config, ConfigError, keeps_physical_states
 from protorl.envs import Env, make_env
 from protorl.replay import Batch, ReplayBuffer, frames_device
 from protorl.runtime import resolve_device
 from protorl.storage.atomic import payload_bytes
+from protorl.training.phases import PlannedPhase, planned_phases
 
 GIB = 2**30
 log = logging.getLogger("protorl")
@@ -62,13 +63,15 @@ class MemoryEstimate:
 def estimate_memory(cfg: Config, command: str, pretrained: dict | None = None) -> MemoryEstimate:
     """The estimate of the largest phase `command` runs with `cfg`; `pretrained`: the snapshot a fine-tuning
     starts from, already loaded."""
-    return max(phase_estimates(cfg, command, pretrained), key=lambda estimate: estimate.total)
+    phases = planned_phases(cfg, command, pretrained is not None)
+    return max(phase_estimates(cfg, phases, pretrained), key=lambda estimate: estimate.total)
 
 
-def phase_estimates(cfg: Config, command: str, pretrained: dict | None = None) -> list[MemoryEstimate]:
-    """The estimate of each phase `command` runs with `cfg`, in order."""
+def phase_estimates(cfg: Config, phases: Sequence[PlannedPhase],
+                    pretrained: dict | None = None) -> list[MemoryEstimate]:
+    """The estimate of each kind of phase of `phases` (a run's, in order), in that order."""
     first_of_kind = {}  # the tasks of a domain share their observation and action shapes: one phase of each kind
-    for phase in planned_phases(cfg, command, pretrained is not None):
+    for phase in phases:
         first_of_kind.setdefault(phase.kind, phase)
     phases = list(first_of_kind.values())
     process, pretrain_replay, estimates = 0, 0, []  # process: this process's memory, read as each phase loads
@@ -102,12 +105,12 @@ def phase_estimates(cfg: Config, command: str, pretrained: dict | None = None) -
     return [dataclasses.replace(estimate, process=process) for estimate in estimates]  # with every phase loaded
 
 
-def check_memory(cfg: Config, command: str, pretrained: dict | None = None) -> MemoryEstimate:
-    """Raise `ConfigError` if a phase's estimate exceeds the memory available now (the host's; on a GPU, the agent
-    goes to the GPU's free memory), or its replay buffer the memory this machine has; the largest phase's
-    estimate otherwise. The host's side is skipped where the operating system does not say how much memory there
-    is."""
-    estimates = phase_estimates(cfg, command, pretrained)
+def check_memory(cfg: Config, phases: Sequence[PlannedPhase], pretrained: dict | None = None) -> MemoryEstimate:
+    """Raise `ConfigError` if the estimate of one of `phases` (a run's) exceeds the memory available now (the
+    host's; on a GPU, the agent goes to the GPU's free memory), or its replay buffer the memory this machine has;
+    the largest phase's estimate otherwise. The host's side is skipped where the operating system does not say how
+    much memory there is."""
+    estimates = phase_estimates(cfg, phases, pretrained)
     device = resolve_device(cfg.runtime.device)
     memory = _meminfo()
     for estimate in estimates:

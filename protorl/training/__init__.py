@@ -3,6 +3,8 @@
 from protorl.errors import TrainingDiverged
 from protorl.runtime import prepare_process
 from protorl.training.loop import Trainer
+from protorl.training.phases import PlannedPhase, phase_of, planned_phases
 from protorl.training.result import PhaseResult
 
-__all__ = ["PhaseResult", "Trainer", "TrainingDiverged", "prepare_process"]
+__all__ = ["PhaseResult", "PlannedPhase", "Trainer", "TrainingDiverged", "phase_of", "planned_phases",
+           "prepare_process"]

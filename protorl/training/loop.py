@@ -34,6 +34,7 @@ from protorl.training.callbacks.progress import ProgressLog
 from protorl.training.callbacks.snapshotting import Snapshots
 from protorl.training.context import PhaseContext
 from protorl.training.interrupt import StopRequest, stop_request
+from protorl.training.phases import PlannedPhase
 from protorl.training.pretrain_data import mixed_batch, relabelled_replay
 from protorl.training.result import PhaseResult
 from protorl.training.rng_state import capture_rngs, restore_rngs
@@ -44,20 +45,25 @@ log = logging.getLogger("protorl")
 class Trainer:
     """Runs one phase of one agent on one task and writes its logs, snapshots and videos to `out_dir`."""
 
-    def __init__(self, cfg: Config, phase: str, task: str, out_dir: Path, pretrained: dict | None = None,
+    def __init__(self, cfg: Config, planned: PlannedPhase, out_dir: Path, pretrained: dict | None = None,
                  tracker: PhaseTracker | None = None):
-        """`pretrained`: for phase "finetune", a snapshot read by `protorl.storage.snapshots.load_snapshot`; without
-        one the downstream agent learns its representation by its own rule while it learns the task (DrQ; Proto-RL
-        online, figure 14). `tracker`: also send the logs to a W&B run (`protorl.logs.tracking.phase_tracker`)."""
+        """`planned`: the phase, as the run's plan made it (`protorl.training.phases`); `pretrained`: for a
+        fine-tuning from a snapshot (kind "finetune"), the snapshot read by
+        `protorl.storage.snapshots.load_snapshot`; without one (kind "scratch") the downstream agent learns its
+        representation by its own rule while it learns the task (DrQ; Proto-RL online, figure 14). `tracker`: also
+        send the logs to a W&B run (`protorl.logs.tracking.phase_tracker`)."""
+        if (planned.kind == "finetune") != (pretrained is not None):
+            raise ValueError(f"a {planned.kind} phase {'needs' if planned.kind == 'finetune' else 'takes no'} "
+                             "pre-trained snapshot")
+        phase, task = planned.phase, planned.task
         self.cfg, self.phase, self.task, self.out_dir = cfg, phase, task, out_dir
         set_seed(cfg.seed)
         self.device = resolve_device(cfg.runtime.device)
         self.env = make_env(task, cfg.env, seed=cfg.seed)
         self.env_thread = EnvThread(self.env, threaded=cfg.runtime.overlap_env_step)  # where its resets and steps run
         self.eval_env = make_env(task, cfg.env, seed=cfg.seed + EVAL_SEED_OFFSET)
-        mode = "pretrain" if phase == "pretrain" else "online" if pretrained is None else "frozen"
         self.agent = make_agent(cfg.agent, self.env.obs_type, self.env.obs_shape, self.env.action_shape,
-                                self.device, mode)
+                                self.device, planned.agent_mode)
         if pretrained is not None:
             source = Path(pretrained.get("path", "<snapshot>"))
             check_architecture(source, pretrained["config"].get("agent", {}), cfg.agent)
@@ -84,7 +90,7 @@ class Trainer:
                                    device=frames_device(self.device, frames_nbytes, cfg.replay.on_device))
         self.logger = Logger(out_dir, self.agent.metric_names(), tensorboard=cfg.logging.tensorboard,
                              tracker=tracker)
-        self.total_frames = cfg.pretrain_frames if phase == "pretrain" else cfg.finetune_frames
+        self.total_frames = planned.frames
         self.total_steps = self.total_frames // self.env.action_repeat
         self.agent_steps = 0
         self.updates = 0  # agent updates so far; the SAC and EMA schedules count these

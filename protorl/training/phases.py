@@ -1,4 +1,4 @@
-"""The phases a command runs, in order: decided here once, for the run itself and for its memory check."""
+"""The phases a command runs, in order: decided once, by the run's plan, and handed to the Trainer."""
 
 from __future__ import annotations
 
@@ -11,6 +11,8 @@ from protorl.storage.run_files import PRETRAIN_DIR, downstream_dir_name, scratch
 
 @dataclass(frozen=True)
 class PlannedPhase:
+    """One phase of a run: what it is, on which task, for how many frames, in which folder of the run directory."""
+
     kind: str  # "pretrain"; "finetune": from the pre-trained snapshot; "scratch": without pre-training
     task: str
     dir_name: str  # in the run directory
@@ -42,6 +44,16 @@ def planned_phases(cfg: Config, command: str, snapshot_given: bool) -> list[Plan
             phases += [PlannedPhase("scratch", task, scratch_dir_name(task), cfg.finetune_frames)
                        for task in downstream_tasks(cfg)]
     return phases
+
+
+def phase_of(cfg: Config, kind: str, task: str | None = None) -> PlannedPhase:
+    """A phase of `kind` ("pretrain", "finetune" or "scratch") on `task` with the frames of `cfg`, for a Trainer built
+    by hand (default task: the pre-training's, or the downstream `task`)."""
+    task = task or (cfg.pretrain_task or cfg.task if kind == "pretrain" else cfg.task)
+    frames = cfg.pretrain_frames if kind == "pretrain" else cfg.finetune_frames
+    dir_name = {"pretrain": PRETRAIN_DIR, "finetune": downstream_dir_name(cfg, task),
+                "scratch": scratch_dir_name(task)}[kind]
+    return PlannedPhase(kind, task, dir_name, frames)
 
 
 def compares_without_pretraining(cfg: Config) -> bool:

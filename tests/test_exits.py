@@ -1,0 +1,59 @@
+"""How a command ends: one function decides the exit status and the line of every error, and importing the command
+line's module changes nothing."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+from omegaconf.errors import ValidationError
+
+from protorl.app.exits import DIVERGED_STATUS, USER_ERROR_STATUS, exit_status
+from protorl.errors import CheckpointError, ConfigError, TrainingDiverged
+from tests.runs import environment
+
+
+@pytest.mark.parametrize(("error", "status", "line"), [
+    (ConfigError("invalid config value seed=-1"), USER_ERROR_STATUS, "invalid config value seed=-1"),
+    (CheckpointError("checkpoint x is damaged"), USER_ERROR_STATUS, "checkpoint x is damaged"),
+    (TrainingDiverged("pretrain stopped at frame 8"), DIVERGED_STATUS, "pretrain stopped at frame 8"),
+    (PermissionError(13, "Permission denied", "/runs/x/config.yaml"), USER_ERROR_STATUS,
+     "I/O error on /runs/x/config.yaml: Permission denied"),
+    (ValidationError("Value 'x' could not be converted to Integer\n    full_key: seed"), USER_ERROR_STATUS,
+     "Value 'x' could not be converted to Integer"),
+])
+def test_each_error_a_user_can_fix_ends_with_its_status_and_one_line(error, status, line):
+    assert exit_status(error) == (status, line)
+
+
+def test_a_bug_is_not_a_users_error_and_keeps_its_traceback():
+    assert exit_status(ZeroDivisionError("division by zero")) is None
+    assert exit_status(KeyError("agent")) is None
+
+
+IMPORT_ONLY = """
+import logging
+from hydra.core.config_store import ConfigStore
+import protorl.app.cli
+print(sorted(ConfigStore.instance().repo), logging.getLogger("absl").level, logging.getLogger("OpenGL").level)
+protorl.app.cli.register_configs()
+print("protorl_schema.yaml" in ConfigStore.instance().repo)
+"""
+
+
+def test_importing_the_command_line_module_registers_nothing_and_sets_no_logging():
+    result = subprocess.run([sys.executable, "-c", IMPORT_ONLY], capture_output=True, text=True, timeout=300,
+                            env=environment())
+    assert result.returncode == 0, result.stderr[-2000:]
+    before, after = result.stdout.splitlines()[-2:]
+    assert "protorl_schema" not in before and "agent_schema" not in before and before.endswith("0 0"), before
+    assert after == "True"
+
+
+def test_a_config_group_without_the_option_asked_for_is_named_with_its_options():
+    from hydra.errors import MissingConfigException
+
+    error = MissingConfigException("Could not find 'preset/smal'", "preset/smal", ["demo", "paper", "small"])
+    assert exit_status(error) == (USER_ERROR_STATUS, "preset=smal: no such preset (did you mean small?); the "
+                                                     "presets are demo, paper, small")
