@@ -412,21 +412,21 @@ def grouped(saved: dict) -> dict:
 EVAL_SEED_OFFSET = 100_000  # the evaluation environment's seed: the run's plus this, apart from training's stream
 MAX_SEED = 2**32 - 1 - EVAL_SEED_OFFSET  # NumPy's and MuJoCo's seeds are 32-bit
 
-def downstream_tasks(cfg: Config) -> list[str]:
+def downstream_tasks(config: Config) -> list[str]:
     """The tasks fine-tuned after one pre-training: `finetune_tasks`, or `task` alone."""
-    return list(cfg.finetune_tasks) or [cfg.task]
+    return list(config.finetune_tasks) or [config.task]
 
 
-def runs_analyses(cfg: Config, phase: str) -> bool:
+def runs_analyses(config: Config, phase: str) -> bool:
     """Whether `phase` ("pretrain" or "finetune") runs the exploration analyses: pre-training with
     `analyses.every_frames`."""
-    return phase == "pretrain" and cfg.analyses.every_frames is not None
+    return phase == "pretrain" and config.analyses.every_frames is not None
 
 
-def keeps_physical_states(cfg: Config, phase: str) -> bool:
+def keeps_physical_states(config: Config, phase: str) -> bool:
     """Whether the replay buffer of `phase` keeps every frame's physical state: for the analyses, or for a
     snapshot's replay (`snapshots.with_replay`), which fine-tuning relabels with a task's reward."""
-    return runs_analyses(cfg, phase) or (phase == "pretrain" and cfg.snapshots.with_replay)
+    return runs_analyses(config, phase) or (phase == "pretrain" and config.snapshots.with_replay)
 
 
 _TYPE_NAMES = {int: "an integer", float: "a number", bool: "true or false", str: "a string"}

@@ -106,7 +106,8 @@ def test_an_option_hydra_cannot_find_in_one_job_stops_the_sweep_before_the_first
     assert result.returncode == 2, result.stderr
     error = result.stderr[result.stderr.index("protorl: error:"):].splitlines()
     assert error[0] == "protorl: error: 1 of the sweep's 2 jobs would stop, nothing has run:"
-    assert error[1].strip().startswith("job 1 (") and "Could not find 'agent/no_such_agent'" in error[1]
+    assert error[1].strip().startswith("job 1 (")  # the line a single run gets: the agents there are
+    assert "): agent=no_such_agent: no such agent; the agents are apt, drq, icm, proto" in error[1]
     assert not sweep_dir.exists()
 
 

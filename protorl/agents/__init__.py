@@ -69,9 +69,9 @@ def agent_config(cfg: AgentConfig) -> AgentConfig:
     return config_class(**shared)
 
 
-def pretrains(cfg: Config) -> bool:
-    """Whether a run of `cfg` has a task-agnostic pre-training: its agent has one and `pretrain_frames` > 0."""
-    return agent_class(cfg.agent.name).supports("pretrain") and cfg.pretrain_frames > 0
+def pretrains(config: Config) -> bool:
+    """Whether a run of `config` has a task-agnostic pre-training: its agent has one and `pretrain_frames` > 0."""
+    return agent_class(config.agent.name).supports("pretrain") and config.pretrain_frames > 0
 
 
 def make_agent(cfg: AgentConfig, obs_type: str, obs_shape: tuple[int, ...], action_shape: tuple[int, ...],

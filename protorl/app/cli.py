@@ -128,7 +128,7 @@ class Command:
         self.name = name
         self.plan: RunPlan | None = None  # handed over by `PlanBeforeRun`
 
-    def __call__(self, cfg: DictConfig) -> None:
+    def __call__(self, settings: DictConfig) -> None:
         from hydra.core.hydra_config import HydraConfig
         from hydra.types import RunMode
 
@@ -139,7 +139,7 @@ class Command:
 
         plan, self.plan = self.plan, None
         try:
-            plan = plan or plan_command(cfg, self.name, HydraConfig.get().overrides.task)
+            plan = plan or plan_command(settings, self.name, HydraConfig.get().overrides.task)
             run_dir = Path(plan.config.run_dir).resolve()
             results = run_plan(plan)
             plot = plot_run(results, run_dir / "curves.png")

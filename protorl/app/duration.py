@@ -68,59 +68,59 @@ class RunDuration:
                 "analyses and logging not counted)")
 
 
-def updates_of(cfg: Config, phase: PlannedPhase) -> int:
+def updates_of(config: Config, phase: PlannedPhase) -> int:
     """The agent updates `phase` runs: `training.updates_per_step` at each agent step past the seed steps whose
     count is a multiple of `training.update_every_steps`."""
-    steps, every = phase.frames // cfg.env.action_repeat, cfg.training.update_every_steps
-    updating_steps = max(0, -(-steps // every) - -(-cfg.training.seed_transitions // every))
-    return updating_steps * cfg.training.updates_per_step
+    steps, every = phase.frames // config.env.action_repeat, config.training.update_every_steps
+    updating_steps = max(0, -(-steps // every) - -(-config.training.seed_transitions // every))
+    return updating_steps * config.training.updates_per_step
 
 
-def env_steps_of(cfg: Config, phase: PlannedPhase) -> int:
+def env_steps_of(config: Config, phase: PlannedPhase) -> int:
     """The environment steps `phase` runs: its agent steps, and its evaluations' (downstream, or with
     `evaluation.during_pretrain`: every `evaluation.every_frames` from frame 0 on, and at the end)."""
-    steps = phase.frames // cfg.env.action_repeat
-    if phase.kind == "pretrain" and not cfg.evaluation.during_pretrain:
+    steps = phase.frames // config.env.action_repeat
+    if phase.kind == "pretrain" and not config.evaluation.during_pretrain:
         return steps
-    evaluations = -(-phase.frames // cfg.evaluation.every_frames) + 1
-    return steps + evaluations * cfg.evaluation.episodes * (EPISODE_FRAMES // cfg.env.action_repeat)
+    evaluations = -(-phase.frames // config.evaluation.every_frames) + 1
+    return steps + evaluations * config.evaluation.episodes * (EPISODE_FRAMES // config.env.action_repeat)
 
 
-def estimate_duration(cfg: Config, phases: Sequence[PlannedPhase]) -> RunDuration | None:
+def estimate_duration(config: Config, phases: Sequence[PlannedPhase]) -> RunDuration | None:
     """The estimate of `phases` (a run's, in order); None for a run of fewer than `TIMED_FROM_UPDATES` updates,
     which is not timed."""
-    if sum(updates_of(cfg, phase) for phase in phases) < TIMED_FROM_UPDATES:
+    if sum(updates_of(config, phase) for phase in phases) < TIMED_FROM_UPDATES:
         return None
-    device = resolve_device(cfg.runtime.device)
+    device = resolve_device(config.runtime.device)
     threads = torch.get_num_threads()
-    if cfg.runtime.threads is not None:
-        torch.set_num_threads(cfg.runtime.threads)  # as the run will
+    if config.runtime.threads is not None:
+        torch.set_num_threads(config.runtime.threads)  # as the run will
     try:
         timed: dict[str, tuple[float, float]] = {}  # kind -> (seconds per update, per environment step)
         for phase in phases:  # the tasks of a domain share their shapes: one timing per kind of phase
             if phase.kind not in timed:
-                timed[phase.kind] = _time_phase(cfg, phase, device)
+                timed[phase.kind] = _time_phase(config, phase, device)
     finally:
         torch.set_num_threads(threads)
-    return RunDuration(tuple(PhaseDuration(phase.kind, updates_of(cfg, phase), timed[phase.kind][0],
-                                           env_steps_of(cfg, phase), timed[phase.kind][1]) for phase in phases),
+    return RunDuration(tuple(PhaseDuration(phase.kind, updates_of(config, phase), timed[phase.kind][0],
+                                           env_steps_of(config, phase), timed[phase.kind][1]) for phase in phases),
                        "GPU" if device.type == "cuda" else "CPU")
 
 
-def check_duration(cfg: Config, phases: Sequence[PlannedPhase],
+def check_duration(config: Config, phases: Sequence[PlannedPhase],
                    estimate: RunDuration | None = None) -> RunDuration | None:
     """Raise `ConfigError` if the estimate of `phases` (a run's: `estimate`, or `estimate_duration`'s) exceeds
     `runtime.max_hours`, naming what to run instead; the estimate (logged when made here) otherwise, or None where
     the run is not timed."""
     made_here = estimate is None
-    estimate = estimate or estimate_duration(cfg, phases)
+    estimate = estimate or estimate_duration(config, phases)
     if estimate is None:
         return None
-    if cfg.runtime.max_hours is not None and estimate.seconds > cfg.runtime.max_hours * HOUR_S:
+    if config.runtime.max_hours is not None and estimate.seconds > config.runtime.max_hours * HOUR_S:
         raise ConfigError(f"this run would take {estimate.describe()}, more than runtime.max_hours="
-                          f"{cfg.runtime.max_hours:g}: for a run that ends in minutes run protorl-train (the main job) "
-                          "or add preset=small; on a GPU the paper's settings take hours; to start this run anyway, "
-                          "add runtime.max_hours=null")
+                          f"{config.runtime.max_hours:g}: for a run that ends in minutes run protorl-train (the main "
+                          "job) or add preset=small; on a GPU the paper's settings take hours; to start this run "
+                          "anyway, add runtime.max_hours=null")
     if made_here:
         log.info("estimated wall time: %s", estimate.describe())
     return estimate
@@ -141,19 +141,19 @@ def _short(seconds: float) -> str:
     return f"{seconds * 1000:.1f} ms" if seconds < 0.01 else f"{seconds * 1000:.0f} ms"
 
 
-def _time_phase(cfg: Config, phase: PlannedPhase, device: torch.device) -> tuple[float, float]:
+def _time_phase(config: Config, phase: PlannedPhase, device: torch.device) -> tuple[float, float]:
     """(seconds per update, seconds per agent step: the policy's action and the environment's step) of `phase` on
     `device`."""
-    env = make_env(phase.task, cfg.env, seed=cfg.seed)
+    env = make_env(phase.task, config.env, seed=config.seed)
     try:
-        agent_cfg = agent_config(cfg.agent)
+        agent_cfg = agent_config(config.agent)
         agent = make_agent(agent_cfg, env.obs_type, env.obs_shape, env.action_shape, device, phase.agent_mode)
         time_step = env.reset()
         started = time.perf_counter()
         for _ in range(TIMED_ENV_STEPS):
             time_step = env.step(agent.act(time_step.obs, sample=True))
         step_s = (time.perf_counter() - started) / TIMED_ENV_STEPS
-        update_s = _time_update(agent, agent_cfg, env, device) if updates_of(cfg, phase) else 0.0
+        update_s = _time_update(agent, agent_cfg, env, device) if updates_of(config, phase) else 0.0
     finally:
         env.close()
     return update_s, step_s

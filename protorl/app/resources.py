@@ -60,14 +60,14 @@ class MemoryEstimate:
         return self.process + self.replay + self.pretrain_data + self.agent
 
 
-def estimate_memory(cfg: Config, command: str, pretrained: dict | None = None) -> MemoryEstimate:
-    """The estimate of the largest phase `command` runs with `cfg`; `pretrained`: the snapshot a fine-tuning
+def estimate_memory(config: Config, command: str, pretrained: dict | None = None) -> MemoryEstimate:
+    """The estimate of the largest phase `command` runs with `config`; `pretrained`: the snapshot a fine-tuning
     starts from, already loaded."""
-    phases = planned_phases(cfg, command, pretrained is not None)
-    return max(phase_estimates(cfg, phases, pretrained), key=lambda estimate: estimate.total)
+    phases = planned_phases(config, command, pretrained is not None)
+    return max(phase_estimates(config, phases, pretrained), key=lambda estimate: estimate.total)
 
 
-def phase_estimates(cfg: Config, phases: Sequence[PlannedPhase],
+def phase_estimates(config: Config, phases: Sequence[PlannedPhase],
                     pretrained: dict | None = None) -> list[MemoryEstimate]:
     """The estimate of each kind of phase of `phases` (a run's, in order), in that order."""
     first_of_kind = {}  # the tasks of a domain share their observation and action shapes: one phase of each kind
@@ -77,46 +77,46 @@ def phase_estimates(cfg: Config, phases: Sequence[PlannedPhase],
     process, pretrain_replay, estimates = 0, 0, []  # process: this process's memory, read as each phase loads
     for phase in phases:
         name, frames = phase.kind, phase.frames
-        env = make_env(phase.task, cfg.env, seed=0)
+        env = make_env(phase.task, config.env, seed=0)
         try:
             env.reset()  # from pixels, its renderer starts
-            _load_libraries(cfg)
+            _load_libraries(config)
             process = max(process, resident_bytes())
-            slot = _replay_bytes_per_slot(env, keeps_physical_states(cfg, phase.phase))
-            device_frames = cfg.replay.capacity * math.prod(env.frame_shape) * env.frame_dtype.itemsize
-            agent_bytes = _agent_peak_bytes(cfg, env, phase.agent_mode)
+            slot = _replay_bytes_per_slot(env, keeps_physical_states(config, phase.phase))
+            device_frames = config.replay.capacity * math.prod(env.frame_shape) * env.frame_dtype.itemsize
+            agent_bytes = _agent_peak_bytes(config, env, phase.agent_mode)
         finally:
             env.close()
         # a slot per agent step and one per episode's first frame: at most twice the steps
-        written = min(cfg.replay.capacity, 2 * (frames // cfg.env.action_repeat) + 1)
-        copied = (cfg.checkpoints.every_frames or cfg.checkpoints.every_minutes
-                  or (name == "pretrain" and cfg.snapshots.with_replay))  # a checkpoint or snapshot copies it out
+        written = min(config.replay.capacity, 2 * (frames // config.env.action_repeat) + 1)
+        copied = (config.checkpoints.every_frames or config.checkpoints.every_minutes
+                  or (name == "pretrain" and config.snapshots.with_replay))  # a checkpoint or snapshot copies it out
         replay = (2 if copied else 1) * written * slot
         if name == "pretrain":
             pretrain_replay = written * slot
         data = 0
-        if name == "finetune" and cfg.replay.pretrain_data_share > 0:
+        if name == "finetune" and config.replay.pretrain_data_share > 0:
             if pretrained is not None:  # loaded already (counted in `process`): its relabelled copy
                 data = payload_bytes(pretrained.get("replay", {}))
             else:  # the snapshot written by the pre-training, loaded, and its relabelled copy
                 data = 2 * pretrain_replay
-        estimates.append(MemoryEstimate(name, 0, replay, data, agent_bytes, cfg.replay.capacity * slot,
+        estimates.append(MemoryEstimate(name, 0, replay, data, agent_bytes, config.replay.capacity * slot,
                                         device_frames))
     return [dataclasses.replace(estimate, process=process) for estimate in estimates]  # with every phase loaded
 
 
-def check_memory(cfg: Config, phases: Sequence[PlannedPhase], pretrained: dict | None = None) -> MemoryEstimate:
+def check_memory(config: Config, phases: Sequence[PlannedPhase], pretrained: dict | None = None) -> MemoryEstimate:
     """Raise `ConfigError` if the estimate of one of `phases` (a run's) exceeds the memory available now (the
     host's; on a GPU, the agent goes to the GPU's free memory), or its replay buffer the memory this machine has;
     the largest phase's estimate otherwise. The host's side is skipped where the operating system does not say how
     much memory there is."""
-    estimates = phase_estimates(cfg, phases, pretrained)
-    device = resolve_device(cfg.runtime.device)
+    estimates = phase_estimates(config, phases, pretrained)
+    device = resolve_device(config.runtime.device)
     memory = _meminfo()
     for estimate in estimates:
         on_device = 0
         if device.type == "cuda":  # the agent, and the replay's frames where the run will keep them there too
-            frames_there = frames_device(device, estimate.device_frames, cfg.replay.on_device) is not None
+            frames_there = frames_device(device, estimate.device_frames, config.replay.on_device) is not None
             on_device = estimate.agent + (estimate.device_frames if frames_there else 0)
             free = torch.cuda.mem_get_info(device)[0]
             if on_device > free:
@@ -129,7 +129,7 @@ def check_memory(cfg: Config, phases: Sequence[PlannedPhase], pretrained: dict |
             continue
         reservable = memory["MemTotal"] + memory.get("SwapTotal", 0)
         if estimate.replay_reserved > reservable:
-            raise ConfigError(f"invalid config value replay.capacity={cfg.replay.capacity}: the buffer would "
+            raise ConfigError(f"invalid config value replay.capacity={config.replay.capacity}: the buffer would "
                               f"reserve {estimate.replay_reserved / GIB:.1f} GiB and this machine has "
                               f"{reservable / GIB:.1f} GiB of memory and swap; lower replay.capacity")
         host_agent = estimate.agent if device.type != "cuda" else 0
@@ -174,11 +174,11 @@ def _meminfo() -> dict[str, int]:
     return info if "MemAvailable" in info and "MemTotal" in info else {}
 
 
-def _load_libraries(cfg: Config) -> None:
+def _load_libraries(config: Config) -> None:
     """Import what a run loads on its way (its plots, TensorBoard), so that the memory it holds is counted."""
     import matplotlib.backends.backend_agg  # noqa: F401
     import matplotlib.figure  # noqa: F401
-    if cfg.logging.tensorboard:
+    if config.logging.tensorboard:
         import torch.utils.tensorboard  # noqa: F401
 
 
@@ -189,10 +189,10 @@ def _replay_bytes_per_slot(env: Env, keeps_states: bool) -> int:
     return one_slot.nbytes
 
 
-def _agent_peak_bytes(cfg: Config, env: Env, mode: str) -> int:
+def _agent_peak_bytes(config: Config, env: Env, mode: str) -> int:
     """The most bytes the agent for `mode` holds at once over its build and two updates (the first creates Adam's
     state) that run every part of it: built and updated on the meta device, in float32 throughout."""
-    agent_cfg = dataclasses.replace(agent_config(cfg.agent), bf16_autocast=False)  # meta has no autocast
+    agent_cfg = dataclasses.replace(agent_config(config.agent), bf16_autocast=False)  # meta has no autocast
     meta = torch.device("meta")
     dtype = torch.uint8 if env.obs_type == "pixels" else torch.float32
     with torch.device(meta), _LiveBytes() as live:

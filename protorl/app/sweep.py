@@ -35,11 +35,11 @@ def index_row(run_dir: Path, sweep_dir: Path) -> dict[str, str]:
     """One job of a sweep: where it ran, what it overrode, and how far it got."""
     overrides_file = run_dir / ".hydra" / "overrides.yaml"
     overrides = OmegaConf.load(overrides_file) if overrides_file.is_file() else []
-    cfg = read_run_config(run_dir / CONFIG_FILE) if (run_dir / CONFIG_FILE).is_file() else OmegaConf.create()
+    config = read_run_config(run_dir / CONFIG_FILE) if (run_dir / CONFIG_FILE).is_file() else OmegaConf.create()
     states = phase_states(run_dir)
     return {"run_dir": str(run_dir.relative_to(sweep_dir)), "overrides": " ".join(overrides),
-            "agent": agent_choice(run_dir, cfg), "task": cfg.get("task", ""),
-            "seed": cfg.get("seed", ""), "phases": " ".join(f"{name}:{state}" for name, state in states.items()),
+            "agent": agent_choice(run_dir, config), "task": config.get("task", ""),
+            "seed": config.get("seed", ""), "phases": " ".join(f"{name}:{state}" for name, state in states.items()),
             "complete": str(bool(states) and all(s == "complete" for s in states.values())).lower()}
 
 

@@ -56,9 +56,9 @@ def read_result(phase: Path) -> dict | None:
         return None
 
 
-def agent_choice(run_dir: Path, cfg: DictConfig) -> str:
+def agent_choice(run_dir: Path, config: DictConfig) -> str:
     """The agent config a run was started with (`agent=proto_paper` and `agent=proto` are both agent.name
     "proto"), from Hydra's record of the run; its agent.name if the run has none."""
     hydra_file = run_dir / ".hydra" / "hydra.yaml"
     choice = OmegaConf.load(hydra_file).hydra.runtime.choices.get("agent") if hydra_file.is_file() else None
-    return str(choice or OmegaConf.select(cfg, "agent.name", default=""))
+    return str(choice or OmegaConf.select(config, "agent.name", default=""))

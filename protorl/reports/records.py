@@ -139,11 +139,11 @@ def discover_runs(paths: list[Path]) -> list[Path]:
     return sorted(set(runs))
 
 
-def method_label(cfg: DictConfig, group_by: list[str], run_dir: Path) -> str:
+def method_label(config: DictConfig, group_by: list[str], run_dir: Path) -> str:
     """The value alone for one key (`--group-by agent.name`, `--group-by agent`: the agent config chosen, e.g.
     proto_paper), otherwise `key=value` parts joined by spaces."""
     absent = object()
-    values = [agent_choice(run_dir, cfg) if key == "agent" else OmegaConf.select(cfg, key, default=absent)
+    values = [agent_choice(run_dir, config) if key == "agent" else OmegaConf.select(config, key, default=absent)
               for key in group_by]
     for key, value in zip(group_by, values, strict=True):
         if value is absent:
@@ -153,20 +153,21 @@ def method_label(cfg: DictConfig, group_by: list[str], run_dir: Path) -> str:
     return " ".join(f"{key}={value}" for key, value in zip(group_by, values, strict=True))
 
 
-def method_title(cfg: DictConfig, scratch: bool, downstream: bool) -> str:
+def method_title(config: DictConfig, scratch: bool, downstream: bool) -> str:
     """The method of a run's phase as the docs name it: e.g. "Proto-RL pre-trained" and "Proto-RL online" (no
     pre-training) downstream, "SAC from scratch" (DrQ from states), "Proto-RL" for a pre-training; the agent's
     name for an agent no longer registered."""
     from protorl.agents import registered_agents
 
-    name = str(cfg.agent.name)
+    name = str(config.agent.name)
     agent = registered_agents().get(name)
     if agent is None:
         return name
-    title = agent.method_title(str(OmegaConf.select(cfg, "env.obs", default="pixels")))
+    title = agent.method_title(str(OmegaConf.select(config, "env.obs", default="pixels")))
     if not downstream or not agent.supports("pretrain"):
         return title
-    pretrained = not scratch and (cfg.get("snapshot") or cfg.get("pretrain_sweep") or cfg.get("pretrain_frames", 1))
+    pretrained = not scratch and (config.get("snapshot") or config.get("pretrain_sweep")
+                                  or config.get("pretrain_frames", 1))
     return f"{title} {'pre-trained' if pretrained else 'online'}"
 
 
@@ -176,30 +177,31 @@ def read_curve(path: Path, column: str) -> tuple[np.ndarray, np.ndarray]:
     return np.array([frames for frames, _ in points]), np.array([value for _, value in points])
 
 
-def phases(run_dir: Path, cfg: DictConfig, metric: Metric) -> list[tuple[Path, str]]:
+def phases(run_dir: Path, config: DictConfig, metric: Metric) -> list[tuple[Path, str]]:
     """(phase directory, task) pairs of the run that `metric` reads."""
     if not metric.downstream:
         pretrain = run_dir / PRETRAIN_DIR
-        return [(pretrain, cfg.get("pretrain_task") or cfg.task)] if pretrain.is_dir() else []
-    return [(phase, downstream_name(phase, cfg.task).removeprefix(SCRATCH_PREFIX))
+        return [(pretrain, config.get("pretrain_task") or config.task)] if pretrain.is_dir() else []
+    return [(phase, downstream_name(phase, config.task).removeprefix(SCRATCH_PREFIX))
             for phase in downstream_dirs(run_dir)]
 
 
 def read_records(run_dir: Path, group_by: list[str], metric: Metric = RETURN) -> list[Record]:
     """One record per phase directory of the run that `metric` reads; ResultsError if a symlink leads a file
     it reads (`config.yaml`, `.hydra/hydra.yaml`, a phase's CSV or `result.json`) outside the run."""
-    cfg = read_run_config(inside(run_dir / CONFIG_FILE, run_dir))
+    config = read_run_config(inside(run_dir / CONFIG_FILE, run_dir))
     inside(run_dir / ".hydra" / "hydra.yaml", run_dir)  # read by method_label for --group-by agent
-    method = method_label(cfg, group_by, run_dir)
+    method = method_label(config, group_by, run_dir)
     records = []
-    for phase, task in phases(run_dir, cfg, metric):
+    for phase, task in phases(run_dir, config, metric):
         frames, values = read_curve(inside(phase / metric.csv_name, run_dir), metric.column)
         inside(phase / RESULT_FILE, run_dir)
         status = NOT_EVALUATED if not len(frames) else COMPLETE if read_result(phase) is not None else RUNNING
         scratch = phase.name == scratch_dir_name(task)
         label = f"{method} {WITHOUT_PRETRAINING}" if scratch else method
-        title = method_title(cfg, scratch, metric.downstream) if group_by == ["agent.name"] else label
-        records.append(Record(label, str(cfg.agent.name), task, int(cfg.seed), frames, values, status, phase, title))
+        title = method_title(config, scratch, metric.downstream) if group_by == ["agent.name"] else label
+        records.append(Record(label, str(config.agent.name), task, int(config.seed), frames, values, status, phase,
+                              title))
     return records
 
 

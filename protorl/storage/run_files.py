@@ -24,9 +24,9 @@ DOWNSTREAM_DIR = "finetune"
 SCRATCH_PREFIX = "scratch_"  # the task name a fine-tuning without pre-training is recorded under: scratch_<task>
 
 
-def downstream_dir_name(cfg: Config, task: str) -> str:
+def downstream_dir_name(config: Config, task: str) -> str:
     """`finetune` for a single downstream task (`task`), else `finetune_<task>`."""
-    return f"{DOWNSTREAM_DIR}_{task}" if cfg.finetune_tasks else DOWNSTREAM_DIR
+    return f"{DOWNSTREAM_DIR}_{task}" if config.finetune_tasks else DOWNSTREAM_DIR
 
 
 def read_run_config(path: Path) -> DictConfig:

@@ -52,14 +52,14 @@ class RunDirError(ConfigError):
     """The run directory cannot take this run; the message says why and what to do."""
 
 
-def claim_run_dir(cfg: Config) -> Path:
-    """Lock `cfg.run_dir` for this call and check the contract; returns the directory.
+def claim_run_dir(config: Config) -> Path:
+    """Lock `config.run_dir` for this call and check the contract; returns the directory.
 
     One claim at a time per directory, from any process or thread: a second claim is refused as busy until
     `release_run_dir`. A refused claim holds nothing and leaves nothing of its own: a directory it created is
     removed if still empty, and a busy directory is never touched.
     """
-    run_dir = Path(cfg.run_dir).resolve()
+    run_dir = Path(config.run_dir).resolve()
     try:
         run_dir.parent.mkdir(parents=True, exist_ok=True)
         try:
@@ -71,7 +71,7 @@ def claim_run_dir(cfg: Config) -> Path:
     except OSError as error:
         raise RunDirError(f"cannot write to run directory {run_dir}: {error.strerror or error}") from None
     try:
-        _check_contract(run_dir, cfg)
+        _check_contract(run_dir, config)
     except BaseException as error:
         _unlock(fd)
         if created:  # only our lock file is in it
@@ -85,9 +85,9 @@ def claim_run_dir(cfg: Config) -> Path:
     return run_dir
 
 
-def check_run_dir(cfg: Config) -> None:
-    """Raise `RunDirError` if `claim_run_dir(cfg)` would be refused now; leaves nothing behind and locks nothing."""
-    run_dir = Path(cfg.run_dir).resolve()
+def check_run_dir(config: Config) -> None:
+    """Raise `RunDirError` if `claim_run_dir(config)` would be refused now; leaves nothing behind and locks nothing."""
+    run_dir = Path(config.run_dir).resolve()
     try:
         existing = next(path for path in (run_dir, *run_dir.parents) if path.is_dir())  # where it will be created
         with tempfile.TemporaryFile(dir=existing):
@@ -95,7 +95,7 @@ def check_run_dir(cfg: Config) -> None:
         _check_not_busy(run_dir)
     except OSError as error:  # e.g. a name longer than the file system allows, a read-only disk
         raise RunDirError(f"cannot write to run directory {run_dir}: {error.strerror or error}") from None
-    _check_contract(run_dir, cfg, delete=False)
+    _check_contract(run_dir, config, delete=False)
 
 
 def _check_not_busy(run_dir: Path) -> None:
@@ -146,9 +146,9 @@ def config_differences(saved: Config, wanted: Config) -> list[str]:
     return settings_differences(run_settings(saved), run_settings(wanted))
 
 
-def run_settings(cfg: Config) -> dict[str, object]:
+def run_settings(config: Config) -> dict[str, object]:
     """Every setting of a run, dotted (`agent.lr`), as plain values: what its checkpoints record of it."""
-    return _flatten(OmegaConf.to_container(OmegaConf.structured(cfg)))
+    return _flatten(OmegaConf.to_container(OmegaConf.structured(config)))
 
 
 def settings_differences(saved: dict[str, object], wanted: dict[str, object]) -> list[str]:
@@ -170,12 +170,12 @@ def result_changing_differences(old: dict[str, object], new: dict[str, object], 
             if key not in free and old.get(key) != new.get(key)]
 
 
-def _check_contract(run_dir: Path, cfg: Config, delete: bool = True) -> None:
+def _check_contract(run_dir: Path, config: Config, delete: bool = True) -> None:
     """Refuse what the contract refuses; with `start_over`, delete the earlier run's data (if `delete`)."""
     if not holds_data(run_dir):
         return
     has_config = (run_dir / CONFIG_FILE).is_file()
-    if cfg.start_over:
+    if config.start_over:
         if not has_config:
             raise RunDirError(f"run directory {run_dir} holds run data but no {CONFIG_FILE}: start_over deletes only "
                               "a run it can identify; remove the files yourself or choose another hydra.run.dir")
@@ -188,13 +188,13 @@ def _check_contract(run_dir: Path, cfg: Config, delete: bool = True) -> None:
                 shutil.rmtree(path)
         log.info("start_over=true: deleted the earlier run's data in %s", run_dir)
         return
-    if not cfg.resume:
+    if not config.resume:
         raise RunDirError(f"run directory {run_dir} already holds a run and resume=false: add start_over=true to "
                           "delete its data and start again, or choose another hydra.run.dir")
     if not has_config:
         raise RunDirError(f"run directory {run_dir} holds run data but no {CONFIG_FILE} to check it against: "
                           "choose another hydra.run.dir")
-    differences = config_differences(saved_config(run_dir), cfg)
+    differences = config_differences(saved_config(run_dir), config)
     if differences:
         shown = "; ".join(differences[:6]) + (f"; and {len(differences) - 6} more" if len(differences) > 6 else "")
         raise RunDirError(f"run directory {run_dir} holds a run with other settings: {shown}. Rerun it with its "

@@ -45,7 +45,7 @@ log = logging.getLogger("protorl")
 class Trainer:
     """Runs one phase of one agent on one task and writes its logs, snapshots and videos to `out_dir`."""
 
-    def __init__(self, cfg: Config, planned: PlannedPhase, out_dir: Path, pretrained: dict | None = None,
+    def __init__(self, config: Config, planned: PlannedPhase, out_dir: Path, pretrained: dict | None = None,
                  tracker: PhaseTracker | None = None):
         """`planned`: the phase, as the run's plan made it (`protorl.training.phases`); `pretrained`: for a
         fine-tuning from a snapshot (kind "finetune"), the snapshot read by
@@ -56,39 +56,40 @@ class Trainer:
             raise ValueError(f"a {planned.kind} phase {'needs' if planned.kind == 'finetune' else 'takes no'} "
                              "pre-trained snapshot")
         phase, task = planned.phase, planned.task
-        self.cfg, self.phase, self.task, self.out_dir = cfg, phase, task, out_dir
-        set_seed(cfg.seed)
-        self.device = resolve_device(cfg.runtime.device)
-        self.env = make_env(task, cfg.env, seed=cfg.seed)
-        self.env_thread = EnvThread(self.env, threaded=cfg.runtime.overlap_env_step)  # where its resets and steps run
-        self.eval_env = make_env(task, cfg.env, seed=cfg.seed + EVAL_SEED_OFFSET)
-        self.agent = make_agent(cfg.agent, self.env.obs_type, self.env.obs_shape, self.env.action_shape,
+        self.config, self.phase, self.task, self.out_dir = config, phase, task, out_dir
+        set_seed(config.seed)
+        self.device = resolve_device(config.runtime.device)
+        self.env = make_env(task, config.env, seed=config.seed)
+        # where its resets and steps run
+        self.env_thread = EnvThread(self.env, threaded=config.runtime.overlap_env_step)
+        self.eval_env = make_env(task, config.env, seed=config.seed + EVAL_SEED_OFFSET)
+        self.agent = make_agent(config.agent, self.env.obs_type, self.env.obs_shape, self.env.action_shape,
                                 self.device, planned.agent_mode)
         if pretrained is not None:
             source = Path(pretrained.get("path", "<snapshot>"))
-            check_architecture(source, pretrained["config"].get("agent", {}), cfg.agent)
+            check_architecture(source, pretrained["config"].get("agent", {}), config.agent)
             self.agent.load_pretrained(pretrained["agent"])
-        if cfg.runtime.compile_update:  # one compiled graph per update; on CUDA replayed as a CUDA graph
+        if config.runtime.compile_update:  # one compiled graph per update; on CUDA replayed as a CUDA graph
             self.agent.compile_update(cuda_graphs=self.device.type == "cuda")
         # downstream from a snapshot, the pre-trained exploration actor collects the seed transitions (the paper's
         # code: its random steps are the run's first ones only); otherwise they are uniform-random actions
         self.seeds_with_actor = pretrained is not None and self.agent.loads_pretrained_actor
         self.pretrain_data = None  # the snapshot's replay with this task's rewards (`replay.pretrain_data_share`)
-        if pretrained is not None and cfg.replay.pretrain_data_share > 0:
-            relabelling_env = make_env(task, cfg.env, seed=cfg.seed)
-            self.pretrain_data = relabelled_replay(pretrained["replay"], relabelling_env, cfg.env.action_repeat,
-                                                   seed=[cfg.seed, 1])
+        if pretrained is not None and config.replay.pretrain_data_share > 0:
+            relabelling_env = make_env(task, config.env, seed=config.seed)
+            self.pretrain_data = relabelled_replay(pretrained["replay"], relabelling_env, config.env.action_repeat,
+                                                   seed=[config.seed, 1])
             relabelling_env.close()
             rewarded = int((self.pretrain_data.rewards != 0).sum())
             log.info("pre-training data: %d transitions, %d with a reward of %s", len(self.pretrain_data),
                      rewarded, task)
-        keeps_states = keeps_physical_states(cfg, phase)
-        frames_nbytes = cfg.replay.capacity * math.prod(self.env.frame_shape) * self.env.frame_dtype.itemsize
+        keeps_states = keeps_physical_states(config, phase)
+        frames_nbytes = config.replay.capacity * math.prod(self.env.frame_shape) * self.env.frame_dtype.itemsize
         self.replay = ReplayBuffer(self.env.frame_shape, self.env.frame_dtype, self.env.action_shape,
-                                   cfg.replay.capacity, self.env.frame_stack, seed=cfg.seed,
+                                   config.replay.capacity, self.env.frame_stack, seed=config.seed,
                                    physical_state_shape=self.env.physical_state_shape if keeps_states else None,
-                                   device=frames_device(self.device, frames_nbytes, cfg.replay.on_device))
-        self.logger = Logger(out_dir, self.agent.metric_names(), tensorboard=cfg.logging.tensorboard,
+                                   device=frames_device(self.device, frames_nbytes, config.replay.on_device))
+        self.logger = Logger(out_dir, self.agent.metric_names(), tensorboard=config.logging.tensorboard,
                              tracker=tracker)
         self.total_frames = planned.frames
         self.total_steps = self.total_frames // self.env.action_repeat
@@ -96,19 +97,19 @@ class Trainer:
         self.updates = 0  # agent updates so far; the SAC and EMA schedules count these
         self.checkpoint_dir = out_dir / "checkpoints"
         self.result = PhaseResult(phase, task, 0, 0, 0.0, out_dir)
-        self._rng = np.random.default_rng(cfg.seed)  # the seed transitions' uniform-random actions
+        self._rng = np.random.default_rng(config.seed)  # the seed transitions' uniform-random actions
         self.context = PhaseContext(phase, task, self.logger, self.checkpoint_dir)
-        self.checkpoints = Checkpoints(cfg.checkpoints, self.checkpoint_dir, self.state_dict)
-        analyses = (AnalysisMonitor(cfg.analyses, cfg.env, cfg.seed, downstream_tasks(cfg), self.total_frames,
-                                    self.env, self.agent, self.replay, self.logger, out_dir)
-                    if runs_analyses(cfg, phase) else NoAnalyses())
+        self.checkpoints = Checkpoints(config.checkpoints, self.checkpoint_dir, self.state_dict)
+        analyses = (AnalysisMonitor(config.analyses, config.env, config.seed, downstream_tasks(config),
+                                    self.total_frames, self.env, self.agent, self.replay, self.logger, out_dir)
+                    if runs_analyses(config, phase) else NoAnalyses())
         # in the order their hooks run: evaluation and snapshots before a step; at an episode's end the train.csv
         # row, the analyses, then a checkpoint of what they all did
         self.callbacks: list[Callback] = [
-            Evaluation(cfg.evaluation, self.context, self.eval_env, self.agent, self.logger, self.result),
-            Snapshots(cfg.snapshots, OmegaConf.to_container(OmegaConf.structured(cfg)), self.context,
+            Evaluation(config.evaluation, self.context, self.eval_env, self.agent, self.logger, self.result),
+            Snapshots(config.snapshots, OmegaConf.to_container(OmegaConf.structured(config)), self.context,
                       self.total_frames, self.env, self.agent, self.replay, self.result),
-            ProgressLog(cfg.logging, self.context, self.total_steps * self.env.action_repeat, self.env.action_repeat,
+            ProgressLog(config.logging, self.context, self.total_steps * self.env.action_repeat, self.env.action_repeat,
                         self.agent, self.logger, self.result),
             analyses,
             self.checkpoints,
@@ -137,7 +138,7 @@ class Trainer:
         self.result.frames = self.frames
         self.result.wall_time_s = self.context.elapsed()
         self.result.save()
-        if not self.cfg.checkpoints.keep_completed:
+        if not self.config.checkpoints.keep_completed:
             drop_checkpoints(self.checkpoint_dir)
         if stop.requested:  # Ctrl-C after the last episode end: the phase is complete, the run stops here
             raise RunInterrupted(f"interrupted at the end of {self.phase} on {self.task}, which is complete; rerun "
@@ -149,11 +150,11 @@ class Trainer:
         time_step = self._begin_episode()
         while self.agent_steps < self.total_steps:
             self._notify("before_step", self.frames)
-            seeding = self.agent_steps < self.cfg.training.seed_transitions
+            seeding = self.agent_steps < self.config.training.seed_transitions
             action = self._act(time_step, seeding)
             stepping = self.env_thread.step(action)  # the update never reads this transition: may overlap
-            if not seeding and len(self.replay) > 0 and self.agent_steps % self.cfg.training.update_every_steps == 0:
-                for _ in range(self.cfg.training.updates_per_step):
+            if not seeding and len(self.replay) > 0 and self.agent_steps % self.config.training.update_every_steps == 0:
+                for _ in range(self.config.training.updates_per_step):
                     self._update()
             time_step = self._observed(stepping.result())
             self.replay.add(time_step.frame, action, time_step.reward, time_step.discount,
@@ -206,10 +207,10 @@ class Trainer:
     def _update(self) -> None:
         """One agent update; its metrics stay on the device until the logger reads them (`check_finite`)."""
         if self.pretrain_data is None:
-            batch = self.replay.sample(self.cfg.agent.batch_size, self.device)
+            batch = self.replay.sample(self.config.agent.batch_size, self.device)
         else:
-            batch = mixed_batch(self.replay, self.pretrain_data, self.cfg.agent.batch_size,
-                                self.cfg.replay.pretrain_data_share, self.device)
+            batch = mixed_batch(self.replay, self.pretrain_data, self.config.agent.batch_size,
+                                self.config.replay.pretrain_data_share, self.device)
         metrics = self.agent.update(batch, self.updates)
         self.logger.accumulate(metrics)
         self.updates += 1
@@ -232,8 +233,9 @@ class Trainer:
     # -- checkpoints -------------------------------------------------------------------------------------
     def state_dict(self) -> dict:
         """Everything needed to continue this phase exactly: taken at an episode end, before the reset."""
-        state = {"phase": self.phase, "task": self.task, "seed": self.cfg.seed, "settings": run_settings(self.cfg),
-                 "agent_steps": self.agent_steps, "updates": self.updates, **self.result.state_dict(),
+        state = {"phase": self.phase, "task": self.task, "seed": self.config.seed,
+                 "settings": run_settings(self.config), "agent_steps": self.agent_steps, "updates": self.updates,
+                 **self.result.state_dict(),
                  "elapsed_s": self.context.elapsed(), "agent": self.agent.state_dict(),
                  "replay": self.replay.state_dict(),
                  "logger": self.logger.state_dict(self.frames),
@@ -262,10 +264,10 @@ class Trainer:
         """How the run a checkpoint was written by differs from this one (its phase, task, seed, or a setting a rerun
         may not change), or None if it is this run's. A checkpoint of version 4 records no settings."""
         theirs = (state.get("phase"), state.get("task"), state.get("seed"))
-        ours = (self.phase, self.task, self.cfg.seed)
+        ours = (self.phase, self.task, self.config.seed)
         if theirs != ours:
             return "{} on {} seed {}, not {} on {} seed {}".format(*theirs, *ours)
-        differences = settings_differences(state["settings"], run_settings(self.cfg)) if "settings" in state else []
+        differences = settings_differences(state["settings"], run_settings(self.config)) if "settings" in state else []
         if differences:
             return "; ".join(differences[:4]) + (f"; and {len(differences) - 4} more" if len(differences) > 4 else "")
         return None

@@ -29,34 +29,35 @@ class PlannedPhase:
         return {"pretrain": "pretrain", "finetune": "frozen", "scratch": "online"}[self.kind]
 
 
-def planned_phases(cfg: Config, command: str, snapshot_given: bool) -> list[PlannedPhase]:
-    """The phases `command` runs with `cfg`; `snapshot_given`: protorl-finetune's `snapshot` (or `pretrain_sweep`)
+def planned_phases(config: Config, command: str, snapshot_given: bool) -> list[PlannedPhase]:
+    """The phases `command` runs with `config`; `snapshot_given`: protorl-finetune's `snapshot` (or `pretrain_sweep`)
     has been loaded. A fine-tuning starts from that snapshot or from the one its own pre-training writes."""
     phases = []
-    if command == "pretrain" or (command == "train" and pretrains(cfg)):
-        phases.append(PlannedPhase("pretrain", cfg.pretrain_task or cfg.task, PRETRAIN_DIR, cfg.pretrain_frames))
+    if command == "pretrain" or (command == "train" and pretrains(config)):
+        phases.append(PlannedPhase("pretrain", config.pretrain_task or config.task, PRETRAIN_DIR,
+                                   config.pretrain_frames))
     if command in ("finetune", "train"):
         has_snapshot = snapshot_given or bool(phases)
         kind = "finetune" if has_snapshot else "scratch"  # without a snapshot, the downstream agent learns it all
-        phases += [PlannedPhase(kind, task, downstream_dir_name(cfg, task), cfg.finetune_frames)
-                   for task in downstream_tasks(cfg)]
-        if has_snapshot and compares_without_pretraining(cfg):
-            phases += [PlannedPhase("scratch", task, scratch_dir_name(task), cfg.finetune_frames)
-                       for task in downstream_tasks(cfg)]
+        phases += [PlannedPhase(kind, task, downstream_dir_name(config, task), config.finetune_frames)
+                   for task in downstream_tasks(config)]
+        if has_snapshot and compares_without_pretraining(config):
+            phases += [PlannedPhase("scratch", task, scratch_dir_name(task), config.finetune_frames)
+                       for task in downstream_tasks(config)]
     return phases
 
 
-def phase_of(cfg: Config, kind: str, task: str | None = None) -> PlannedPhase:
-    """A phase of `kind` ("pretrain", "finetune" or "scratch") on `task` with the frames of `cfg`, for a Trainer built
-    by hand (default task: the pre-training's, or the downstream `task`)."""
-    task = task or (cfg.pretrain_task or cfg.task if kind == "pretrain" else cfg.task)
-    frames = cfg.pretrain_frames if kind == "pretrain" else cfg.finetune_frames
-    dir_name = {"pretrain": PRETRAIN_DIR, "finetune": downstream_dir_name(cfg, task),
+def phase_of(config: Config, kind: str, task: str | None = None) -> PlannedPhase:
+    """A phase of `kind` ("pretrain", "finetune" or "scratch") on `task` with the frames of `config`, for a Trainer
+    built by hand (default task: the pre-training's, or the downstream `task`)."""
+    task = task or (config.pretrain_task or config.task if kind == "pretrain" else config.task)
+    frames = config.pretrain_frames if kind == "pretrain" else config.finetune_frames
+    dir_name = {"pretrain": PRETRAIN_DIR, "finetune": downstream_dir_name(config, task),
                 "scratch": scratch_dir_name(task)}[kind]
     return PlannedPhase(kind, task, dir_name, frames)
 
 
-def compares_without_pretraining(cfg: Config) -> bool:
+def compares_without_pretraining(config: Config) -> bool:
     """Whether a fine-tuning from a snapshot is followed by the same fine-tuning without pre-training: asked for
     (`compare_without_pretraining`) and possible (the agent has a mode without pre-training)."""
-    return cfg.compare_without_pretraining and agent_class(cfg.agent.name).supports("online")
+    return config.compare_without_pretraining and agent_class(config.agent.name).supports("online")
