@@ -19,7 +19,7 @@ from protorl.app.validate import validate
 from protorl.config import AnalysesConfig, Config, ConfigError, EnvConfig
 from protorl.envs import DMCEnv
 from protorl.errors import CheckpointError, ResultsError
-from protorl.exploration.analysis import Analysis, register_analysis, unregister_analysis
+from protorl.exploration.analysis import Analysis, Report, register_analysis, unregister_analysis
 from protorl.exploration.coverage import (
     CoverageSpec,
     bin_indices,
@@ -38,6 +38,7 @@ from protorl.exploration.reward_variance import (
     spread,
 )
 from protorl.logs.logger import Logger
+from protorl.plots import Curve, Panel, plot_curves, series
 from protorl.replay import ReplayBuffer
 from protorl.reports.analyze import analyze_run
 from protorl.training import Trainer, phase_of
@@ -291,11 +292,21 @@ class Reach(Analysis):
     def load_state_dict(self, state):
         self.measurements = state["reach_measurements"]
 
+    outputs = ("reach.png",)
+
+    @classmethod
+    def report(cls, run):
+        frames, reach = series(run.rows, "reach/max_distance")
+        plot_curves([Panel("how far the replay's states reach", "distance from the centre (m)",
+                           [Curve(frames, reach, fmt="o-")])], [run.out_dir / "reach.png"])
+        return Report([f"  reach at {frames[-1]:.0f} frames: {reach[-1]:.3f} m"], [run.out_dir / "reach.png"])
+
 
 @pytest.mark.slow
 def test_an_analysis_of_ones_own_is_one_class_registered_and_resumes(tmp_path):
     """Adding an analysis: a class and `register_analysis`; its columns follow the built-in ones in analysis.csv,
-    it measures at every scheduled moment, and a run resumed from a checkpoint continues its state."""
+    it measures at every scheduled moment, a run resumed from a checkpoint continues its state, and protorl-analyze
+    shows its report beside the built-in ones'."""
     register_analysis(Reach)
     try:
         cfg = tiny_run_config(tmp_path)
@@ -312,6 +323,11 @@ def test_an_analysis_of_ones_own_is_one_class_registered_and_resumes(tmp_path):
         trainer.load_state_dict(torch.load(resumed / "checkpoints" / "checkpoint_1000.pt", weights_only=True))
         trainer.run()
         assert without(read_csv(resumed / "analysis.csv")[1], "analysis/time_s") == without(rows, "analysis/time_s")
+        summary = analyze_run(straight)
+        last = rows[-1]
+        assert (f"  reach at {float(last['frames']):.0f} frames: {float(last['reach/max_distance']):.3f} m"
+                in summary.splitlines())
+        assert (straight / "analysis" / "reach.png").is_file() and f"coverage at {last['frames']} frames" in summary
     finally:
         unregister_analysis(Reach)
     assert "reach/max_distance" not in analysis_columns()

@@ -11,7 +11,7 @@ from omegaconf import OmegaConf
 
 from protorl.envs import point_mass_maze
 from protorl.exploration.maps import landmarks
-from protorl.reports.plots import Curve, Panel, curves_figure, style
+from protorl.plots import Curve, Panel, curves_figure, style
 from protorl.reports.records import method_title
 from protorl.reports.report import run_panels
 from protorl.storage.run_files import PRETRAIN_DIR, scratch_dir_name

@@ -11,22 +11,26 @@ one row of `analysis.csv` (and TensorBoard) with what each measured. An analysis
   resumed run draws what a straight one does; an analysis that does not apply to a run (another domain, an agent
   without prototypes) measures nothing;
 - may write a figure as it measures, and finish one at the phase's end (`finish`);
-- keeps what it must carry over a resume in `state_dict()` (tensors and plain data, keys of its own).
+- keeps what it must carry over a resume in `state_dict()` (tensors and plain data, keys of its own);
+- says what `protorl-analyze RUN_DIR` shows of it (`report`, from what the run logged: `LoggedRun`): lines of the
+  summary, and the figures it writes into `RUN_DIR/analysis/` (named in `outputs`).
 
 The states visited in the phase (`Visits`) are shared by the analyses that read them.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 import torch
 
 from protorl.errors import CheckpointError
 from protorl.exploration.coverage import CoverageSpec, histogram
+from protorl.plots import Rows
 
 if TYPE_CHECKING:
     from protorl.config import AnalysesConfig, EnvConfig
@@ -106,11 +110,37 @@ class Moment:
     projections: Projections | None
 
 
+@dataclass
+class LoggedRun:
+    """What a pre-training logged, as `protorl-analyze` hands it to each analysis's `report`."""
+
+    rows: Rows  # analysis.csv: per row, its non-empty values (frames included)
+    columns: list[str]  # analysis.csv's header; empty for a file whose header never reached the disk
+    phase_dir: Path  # the pre-training's directory
+    out_dir: Path  # RUN_DIR/analysis/, where the figures go
+    config: Any  # the run's config.yaml (an OmegaConf DictConfig), or None
+    verified: Callable[[Path], Path]  # a path to read, checked to lie inside the run directory
+
+    def missing(self, keys: Iterable[str]) -> list[str]:
+        """Those of `keys` that analysis.csv has no column for (an older run); none where it has no header."""
+        return [key for key in keys if key not in self.columns] if self.columns else []
+
+
+@dataclass
+class Report:
+    """An analysis's part of what protorl-analyze shows."""
+
+    lines: list[str] = field(default_factory=list)  # of the summary, indented by two spaces
+    written: list[Path] = field(default_factory=list)  # its figures
+    missing: list[str] = field(default_factory=list)  # the columns it reads that analysis.csv lacks
+
+
 class Analysis:
-    """Base class: measures nothing, keeps nothing. An analysis overrides `columns` and `measure`, and what else
-    it needs."""
+    """Base class: measures nothing, keeps nothing, reports nothing. An analysis overrides `columns` and `measure`,
+    and what else it needs."""
 
     columns: tuple[str, ...] = ()
+    outputs: tuple[str, ...] = ()  # the files its `report` writes into RUN_DIR/analysis/
 
     def __init__(self, context: AnalysisContext):
         self.context = context
@@ -131,6 +161,11 @@ class Analysis:
 
     def load_state_dict(self, state: dict) -> None:
         """Continue from its entries of `state`."""
+
+    @classmethod
+    def report(cls, run: LoggedRun) -> Report:
+        """What `protorl-analyze` shows of it for `run`: lines of the summary, figures in `run.out_dir`."""
+        return Report()
 
 
 _registered: list[type[Analysis]] = []

@@ -9,6 +9,8 @@ state of argmax_i z_i . c_j over a sample of replay observations (z and c unit-n
 
 from __future__ import annotations
 
+import math
+import shutil
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -20,7 +22,7 @@ import torch.nn.functional as F
 
 from protorl.agents.capabilities import Prototypes
 from protorl.envs import make_env
-from protorl.exploration.analysis import Analysis, AnalysisContext, Moment
+from protorl.exploration.analysis import Analysis, AnalysisContext, LoggedRun, Moment, Report
 from protorl.exploration.coverage import CoverageSpec
 from protorl.exploration.reward_variance import embed
 
@@ -175,6 +177,8 @@ class VisitationMap(Analysis):
     `maps/visitation`), where the agent went and, for an agent with prototypes, where its prototypes sit and the
     reward field beside it; at the phase's end `maps/maps.gif`. It writes no column."""
 
+    outputs = ("map.png",)
+
     def __init__(self, context: AnalysisContext):
         super().__init__(context)
         env, spec = context.env, context.visits.spec
@@ -219,3 +223,12 @@ class VisitationMap(Analysis):
     def reset(self) -> None:
         for path in map_paths(self.map_dir, self.context.total_frames) if self.map_dir.is_dir() else []:
             path.unlink()
+
+    @classmethod
+    def report(cls, run: LoggedRun) -> Report:
+        """map.png: the latest map, if any; and the animation of them all."""
+        maps = [run.verified(path) for path in map_paths(run.phase_dir / "maps", up_to_frames=math.inf)[-1:]]
+        written = [Path(shutil.copyfile(maps[-1], run.out_dir / "map.png"))] if maps else []
+        if (run.phase_dir / "maps" / "maps.gif").is_file():
+            written.append(run.phase_dir / "maps" / "maps.gif")
+        return Report(written=written)

@@ -18,7 +18,7 @@ import torch.nn.functional as F
 
 from protorl.agents.capabilities import Prototypes
 from protorl.envs import DMCEnv, Simulated
-from protorl.exploration.analysis import Analysis, AnalysisContext, Moment
+from protorl.exploration.analysis import Analysis, AnalysisContext, LoggedRun, Moment, Report
 
 RIDGE_STRENGTHS = tuple(10.0**k for k in range(-4, 6))  # times N, on features of unit mean square
 CV_FOLDS = 5  # contiguous blocks of the fitted frames, each held out in turn to choose the ridge strengths
@@ -166,3 +166,17 @@ class StateProbe(Analysis):
             projections = F.normalize(agent.embed(torch.as_tensor(obs, device=agent.device)), dim=1)
             row["probe/projection_r2"] = float(np.nanmean(ridge_r2(projections.float().cpu().numpy(), states)))
         return row
+
+    @classmethod
+    def report(cls, run: LoggedRun) -> Report:
+        """Its mean R^2 at each analysis, if it ran (`analyses.probe_samples`)."""
+        probed = [row for row in run.rows if "probe/encoder_r2" in row]
+        if not probed:
+            return Report()
+        lines = ["  state probe (mean R^2 of a linear read-out of the physical state, docs/probe.md):"]
+        at = ", ".join(str(int(row["frames"])) for row in probed)
+        for key, what in (("probe/encoder_r2", "encoder"), ("probe/projection_r2", "projection")):
+            if any(key in row for row in probed):
+                values = ", ".join(f"{row[key]:.3f}" for row in probed if key in row)
+                lines.append(f"    {what:<10} at {at} frames: {values}")
+        return Report(lines)

@@ -17,12 +17,15 @@ distinct one is encoded once (`ReplayProjections`).
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import torch
 
 from protorl.agents.capabilities import Prototypes
 from protorl.agents.proto.math import knn_reward
-from protorl.exploration.analysis import Analysis, AnalysisContext, Moment
+from protorl.exploration.analysis import Analysis, AnalysisContext, LoggedRun, Moment, Report
+from protorl.plots import Curve, Panel, has, plot_curves, series
 from protorl.replay import ReplayBuffer
 
 
@@ -111,12 +114,17 @@ def reward_variance(agent: Prototypes, replay: ReplayBuffer, probe_obs: np.ndarr
     return metrics
 
 
+SCHEMES = {"proto": "prototype-balanced candidates (Proto-RL)", "uniform": "uniform candidates"}
+PLOTTED = {"std": "standard deviation", "cv": "coefficient of variation"}
+
+
 class RewardVariance(Analysis):
     """`reward_variance` at each analysis, on `analyses.variance_probes` observations drawn from the replay at the
     first one and kept (over a resume too); nothing for an agent without prototypes."""
 
     columns = ("variance/proto_mean", "variance/proto_std", "variance/proto_cv",
                "variance/uniform_mean", "variance/uniform_std", "variance/uniform_cv")
+    outputs = ("variance.png",)
 
     def __init__(self, context: AnalysisContext):
         super().__init__(context)
@@ -137,3 +145,34 @@ class RewardVariance(Analysis):
 
     def load_state_dict(self, state: dict) -> None:
         self.probes = None if state["probes"] is None else state["probes"].numpy()
+
+    @classmethod
+    def report(cls, run: LoggedRun) -> Report:
+        """variance.png (per-state std and coefficient of variation of the k-NN reward, proto against uniform
+        candidates, over frames: the paper's figure 10) and the last figures."""
+        rows, missing, written = run.rows, run.missing(cls.columns), []
+        if any(has(rows, f"variance/{scheme}_{stat}") for scheme in SCHEMES for stat in PLOTTED):
+            panels = []
+            for stat, label in PLOTTED.items():
+                curves = [Curve(*series(rows, f"variance/{scheme}_{stat}"), name, "o-")
+                          for scheme, name in SCHEMES.items() if has(rows, f"variance/{scheme}_{stat}")]
+                panels.append(Panel(f"its {label} per probe state", f"{label}\n(lower: a steadier reward)", curves))
+            path = run.out_dir / "variance.png"
+            plot_curves(panels, [path], "how much the k-NN intrinsic reward of a state varies with the candidates "
+                                        "drawn\n(fixed probe states, repeated candidate sets, mean over probes)")
+            written.append(path)
+        measured = [row for row in rows if all(key in row for key in cls.columns)]
+        if not measured:
+            unmeasured = rows and not set(cls.columns) & set(missing)
+            lines = ["  reward variance: not measured (the agent has no prototypes)"] if unmeasured else []
+            return Report(lines, written, missing)
+        row = measured[-1]
+        lines = [f"  k-NN reward at {row['frames']:.0f} frames, per probe state over repeated candidate sets:"]
+        for scheme in SCHEMES:
+            mean, std, cv = (row[f"variance/{scheme}_{stat}"] for stat in ("mean", "std", "cv"))
+            lines.append(f"    {scheme:<7} mean {mean:.4g}  std {std:.4g}  cv {cv:.4f}")
+        mean_cv = {s: sum(r[f"variance/{s}_cv"] for r in measured) / len(measured) for s in SCHEMES}
+        ratio = mean_cv["uniform"] / mean_cv["proto"] if mean_cv["proto"] > 0 else math.inf
+        lines.append(f"    mean cv over {len(measured)} analyses: proto {mean_cv['proto']:.4f}, "
+                     f"uniform {mean_cv['uniform']:.4f} (uniform / proto = {ratio:.2f})")
+        return Report(lines, written, missing)

@@ -18,7 +18,7 @@ from pathlib import Path
 import numpy as np
 
 from protorl.errors import ResultsError
-from protorl.reports.plots import Curve, Level, Panel, plot_curves
+from protorl.plots import Curve, Level, Panel, plot_curves
 from protorl.reports.records import (
     COMPLETE,
     RETURN,

@@ -11,9 +11,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from protorl.reports.io import Rows, has, read_csv, series
+from protorl.plots import Curve, Panel, Rows, has, plot_curves, series
+from protorl.reports.io import read_csv
 from protorl.reports.paths import inside
-from protorl.reports.plots import Curve, Panel, plot_curves
 from protorl.reports.report import RETURN_LABEL, phase_title
 from protorl.storage.run_files import SCRATCH_PREFIX, downstream_dirs, downstream_name
 

@@ -8,10 +8,9 @@ from pathlib import Path
 from omegaconf import DictConfig, OmegaConf
 
 from protorl.errors import ResultsError
+from protorl.plots import Rows
 from protorl.storage.digests import unsealed_record
 from protorl.storage.run_files import RESULT_FILE
-
-Rows = list[dict[str, float]]
 
 
 def read_csv(path: Path) -> tuple[list[str], Rows]:
@@ -31,17 +30,6 @@ def read_csv(path: Path) -> tuple[list[str], Rows]:
         except ValueError as error:
             raise ResultsError(f"{path}, line {reader.line_num}: {error}") from error
     return columns, [row for row in rows if "frames" in row]
-
-
-def has(rows: Rows, key: str) -> bool:
-    """Whether a row has a value of `key`."""
-    return any(key in row for row in rows)
-
-
-def series(rows: Rows, key: str) -> tuple[list[float], list[float]]:
-    """(frames, values) of the rows that have `key`, in the file's order."""
-    points = [(row["frames"], row[key]) for row in rows if key in row]
-    return [p[0] for p in points], [p[1] for p in points]
 
 
 def read_result(phase: Path) -> dict | None:

@@ -19,7 +19,8 @@ import numpy as np
 from omegaconf import DictConfig, OmegaConf
 
 from protorl.errors import ResultsError
-from protorl.reports.io import agent_choice, read_csv, read_result, series
+from protorl.plots import series
+from protorl.reports.io import agent_choice, read_csv, read_result
 from protorl.reports.paths import inside
 from protorl.storage.run_files import (
     CONFIG_FILE,

@@ -6,8 +6,8 @@ import textwrap
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from protorl.reports.io import read_csv, series
-from protorl.reports.plots import Curve, Panel, plot_curves
+from protorl.plots import Curve, Panel, plot_curves, series
+from protorl.reports.io import read_csv
 from protorl.storage.run_files import scratch_dir_name
 
 if TYPE_CHECKING:

@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 
 from protorl.errors import ResultsError
-from protorl.reports.plots import save, style
+from protorl.plots import save, style
 
 METRICS = {"IQM": "aggregate_iqm", "Mean": "aggregate_mean", "Median": "aggregate_median",  # -> rliable.metrics
            "Optimality Gap": "aggregate_optimality_gap"}

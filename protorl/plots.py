@@ -1,4 +1,5 @@
-"""protorl's one plot style and its one curve plot: panels of values over environment frames."""
+"""protorl's one plot style and its one curve plot: panels of values over environment frames, from a CSV's
+rows (`Rows`)."""
 
 from __future__ import annotations
 
@@ -19,8 +20,20 @@ STYLE = {"figure.dpi": 100, "savefig.dpi": 100, "savefig.bbox": "tight", "axes.g
          "legend.fontsize": "small"}  # matplotlib rcParams
 PANEL_INCHES = (5.0, 3.5)  # width, height of one panel of `plot_curves` with a one-line title and no legend
 LINE_INCHES = 0.22  # the height a panel grows by per line of its legend, and of its title beyond the first
+Rows = list[dict[str, float]]  # a CSV's rows keyed by environment frames: per row, its non-empty values
 LONG_LABEL = 30  # characters: a legend with a longer label has one column
 SHARED_LEGEND_COLUMNS = 4
+
+
+def has(rows: Rows, key: str) -> bool:
+    """Whether a row has a value of `key`."""
+    return any(key in row for row in rows)
+
+
+def series(rows: Rows, key: str) -> tuple[list[float], list[float]]:
+    """(frames, values) of the rows that have `key`, in the file's order."""
+    points = [(row["frames"], row[key]) for row in rows if key in row]
+    return [p[0] for p in points], [p[1] for p in points]
 
 
 @contextmanager
