@@ -269,6 +269,28 @@ def test_proto_paper_pins_the_published_algorithm_under_any_preset(preset):
     assert paper.agent.name == default.agent.name == "proto"
 
 
+@pytest.mark.parametrize("preset", ["small", "demo", "paper"])
+def test_proto_variant_is_the_working_variant_under_any_preset_and_proto_the_presets_choice(preset):
+    """agent=proto_paper and agent=proto_variant say which algorithm runs whatever the preset; agent=proto is the
+    preset's choice, the same agent as the one of the two that the run names when it starts."""
+    from hydra import compose, initialize_config_module
+
+    from protorl.app.cli import proto_line, register_configs
+
+    register_configs()  # the schema the commands' configs build on
+    with initialize_config_module(config_module="protorl.conf", version_base="1.3"):
+        agents = {name: compose(config_name="train", overrides=[f"preset={preset}", f"agent={name}"]).agent
+                  for name in ("proto", "proto_variant", "proto_paper")}
+    for key in VARIANT:
+        assert agents["proto_variant"][key] == VARIANT[key], key
+        assert agents["proto_paper"][key] == PAPER_AGENT[key], key
+    chosen = "proto_paper" if preset == "paper" else "proto_variant"
+    assert agents["proto"] == agents[chosen]
+    assert f"as agent={chosen} does under any preset" in proto_line(preset)
+    if preset == "demo":  # the main job's fine-tuning comes with the variant under its preset
+        assert agents["proto_variant"].actor_anchor_coef > 0
+
+
 MAZE = {"pretrain_task": "point_mass_maze_explore", "finetune_tasks": ["point_mass_maze_reach_top_left"]}  # preset=demo
 
 

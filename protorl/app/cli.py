@@ -56,6 +56,18 @@ def plan_command(settings: DictConfig, command: str, overrides: Sequence[str],
         raise ConfigError(one_line(error)) from None
 
 
+def proto_line(preset: str) -> str:
+    """What `agent=proto` runs under `preset`, and the names that say which whatever the preset: the working variant
+    where the preset has a file `agent_preset/proto_<preset>.yaml`, Proto-RL as published otherwise."""
+    from importlib.resources import files
+
+    if files("protorl.conf").joinpath("agent_preset", f"proto_{preset}.yaml").is_file():
+        return (f"agent=proto under preset={preset} runs Proto-RL's working variant, as agent=proto_variant does "
+                "under any preset (agent=proto_paper: Proto-RL as published)")
+    return (f"agent=proto under preset={preset} runs Proto-RL as published, as agent=proto_paper does under any "
+            "preset (agent=proto_variant: its working variant)")
+
+
 def _settings(config: DictConfig, run_dir: str) -> DictConfig:
     """The run's settings of a config Hydra composed: without Hydra's node, in `run_dir`."""
     keys = [key for key in config if key not in ("hydra", "run_dir")]
@@ -138,6 +150,9 @@ class Command:
         from protorl.storage.run_files import PRETRAIN_DIR
 
         plan, self.plan = self.plan, None
+        choices = HydraConfig.get().runtime.choices
+        if choices.get("agent") == "proto":  # the preset's choice: the run says which
+            log.info(proto_line(choices.get("preset")))
         try:
             plan = plan or plan_command(settings, self.name, HydraConfig.get().overrides.task)
             run_dir = Path(plan.config.run_dir).resolve()
@@ -239,8 +254,9 @@ COMMAND_HELP = {
                  "512), which a CPU runs in days: it says so before starting.",
                  [("preset=small", "minutes on a CPU (cartpole from pixels, 4k frames)"),
                   ("task=TASK", "the task whose world it explores (protorl-tasks lists them)"),
-                  ("agent=NAME", "the method (the agents are below): proto is Proto-RL, proto_paper Proto-RL as "
-                                 "published")]),
+                  ("agent=NAME", "the method (the agents are below): proto_paper is Proto-RL as published and "
+                                 "proto_variant its working variant, under any preset; proto is the preset's choice "
+                                 "(published under paper, the variant under small and demo)")]),
     "finetune": ("downstream RL on a task, from a pre-training snapshot whose encoder, projector and prototypes "
                  "stay frozen. It needs snapshot=PATH: with no arguments it names the commands that write one.",
                  [("snapshot=PATH", "the snapshot: <run directory>/pretrain/snapshots/snapshot_<frames>.pt"),
