@@ -93,3 +93,16 @@ def test_a_multiruns_jobs_are_expanded_as_hydras_basic_sweeper_expands_them(over
             parser.parse_overrides(params + list(config.hydra.overrides.task)), None) for job in batch]
         assert _sweep_jobs(config) == expected and len(expected) >= 1
     GlobalHydra.instance().clear()
+
+
+def test_a_sweeper_that_does_not_say_how_it_splits_its_jobs_leaves_them_to_be_checked_as_they_start():
+    GlobalHydra.instance().clear()
+    register_configs()
+    with initialize_config_module("protorl.conf", version_base="1.3"):
+        config = compose("pretrain", overrides=["run_dir=unused"], return_hydra_config=True)
+        OmegaConf.set_readonly(config, False)
+        config.hydra.overrides.task = ["seed=1,2"]
+        assert len(_sweep_jobs(config)) == 2
+        config.hydra.sweeper._target_ = "hydra_plugins.hydra_optuna_sweeper.optuna_sweeper.OptunaSweeper"
+        assert _sweep_jobs(config) is None
+    GlobalHydra.instance().clear()

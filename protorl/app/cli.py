@@ -8,7 +8,6 @@
 
 from __future__ import annotations
 
-import itertools
 import logging
 import os
 import sys
@@ -17,7 +16,6 @@ from pathlib import Path
 
 import hydra
 from hydra.core.config_store import ConfigStore
-from hydra.errors import HydraException
 from hydra.experimental.callback import Callback
 from omegaconf import DictConfig, OmegaConf, open_dict
 from omegaconf.errors import OmegaConfBaseException
@@ -172,26 +170,24 @@ class Command:
 
 
 def _sweep_jobs(config: DictConfig) -> list[list[str]] | None:
-    """The overrides of each job of a multirun, in the order Hydra's basic sweeper launches them (the experiment's
-    `hydra.sweeper.params`, then the command line's; a key given twice takes its last value, in its first place;
-    the product of the sweeps, the last varying fastest); None for another sweeper."""
+    """The overrides of each job of a multirun, as Hydra's configured sweeper splits them into jobs (the experiment's
+    `hydra.sweeper.params`, then the command line's): the sweeper is found among Hydra's sweeper plugins by the
+    config's `hydra.sweeper._target_`; None for one that does not say how it splits them (e.g. an optimiser's)."""
     from hydra.core.global_hydra import GlobalHydra
     from hydra.core.override_parser.overrides_parser import OverridesParser
+    from hydra.core.plugins import Plugins
+    from hydra.plugins.sweeper import Sweeper
 
-    if config.hydra.runtime.choices.get("hydra/sweeper") != "basic":
+    target = config.hydra.sweeper.get("_target_")
+    sweeper = next((cls for cls in Plugins.instance().discover(Sweeper)
+                    if f"{cls.__module__}.{cls.__qualname__}" == target), None)
+    split = getattr(sweeper, "split_arguments", None)  # Hydra's basic sweeper's
+    if split is None:
         return None
     params = [f"{key}={value}" for key, value in (config.hydra.sweeper.get("params") or {}).items()]
     parser = OverridesParser.create(config_loader=GlobalHydra.instance().config_loader())
-    choices: dict[str, list[str]] = {}
-    for override in parser.parse_overrides(params + list(config.hydra.overrides.task)):
-        key = override.get_key_element()
-        if override.is_sweep_override():
-            if not override.is_discrete_sweep():
-                raise HydraException(f"the basic sweeper does not support sweep type: {override.value_type.name}")
-            choices[key] = [f"{key}={value}" for value in override.sweep_string_iterator()]
-        else:
-            choices[key] = [f"{key}={override.get_value_element_as_str()}"]
-    return [list(job) for job in itertools.product(*choices.values())]
+    overrides = parser.parse_overrides(params + list(config.hydra.overrides.task))
+    return [list(job) for batch in split(overrides, None) for job in batch]
 
 
 def _hydra_entry(command: str) -> None:
