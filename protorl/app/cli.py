@@ -86,7 +86,7 @@ class PlanBeforeRun(Callback):
         from hydra.core.hydra_config import HydraConfig
 
         jobs = _sweep_jobs(config)
-        if jobs is None:  # another sweeper than Hydra's basic one: each job is checked when it starts
+        if jobs is None:  # a sweeper that does not say how it splits its jobs: each is checked when it starts
             return
         loader, errors = GlobalHydra.instance().config_loader(), []
         try:
