@@ -21,7 +21,7 @@ from omegaconf import DictConfig, OmegaConf, open_dict
 from omegaconf.errors import OmegaConfBaseException
 
 from protorl.agents import BUILT_IN, registered_agents
-from protorl.app.exits import exit_for, exit_status, exit_with, one_line
+from protorl.app.exits import exit_for, exit_status, exit_with, one_line, print_error
 from protorl.app.plan import RunPlan, named_keys, plan_run, typed_config
 from protorl.config import RENAMED, Config, ConfigError, renamed_message
 
@@ -118,7 +118,7 @@ class PlanBeforeRun(Callback):
             self.plan = plan_command(_settings(config, config.hydra.run.dir), config.hydra.job.name,
                                      config.hydra.overrides.task)
         except Exception as error:
-            if exit_status(error) is None:
+            if exit_status(error) is None:  # a bug: one line, status 1, rather than Hydra's warning
                 exit_with(f"planning the run failed: {one_line(error)}", status=1)
             exit_for(error)
 
@@ -163,7 +163,7 @@ class Command:
             ending = exit_status(error)
             if ending is None or HydraConfig.get().mode != RunMode.MULTIRUN:
                 exit_for(error)
-            print(f"protorl: error: {ending[1]}", file=sys.stderr, flush=True)
+            print_error(ending[1])
             log.error("job %s stopped (exit status %s); the sweep goes on", HydraConfig.get().job.num, ending[0])
         except KeyboardInterrupt as interrupt:
             exit_for(interrupt)

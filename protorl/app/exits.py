@@ -63,8 +63,13 @@ def exit_interrupted(interrupt: KeyboardInterrupt) -> NoReturn:
 
 def exit_with(error: Exception | str, status: int = USER_ERROR_STATUS) -> NoReturn:
     """`protorl: error: <error>` on stderr, then exit with `status`."""
-    print(f"protorl: error: {error}", file=sys.stderr, flush=True)
+    print_error(error)
     sys.exit(status)
+
+
+def print_error(error: Exception | str) -> None:
+    """`protorl: error: <error>` on stderr: the line every error ends a command with (a sweep's job, the job)."""
+    print(f"protorl: error: {error}", file=sys.stderr, flush=True)
 
 
 def one_line(error: BaseException) -> str:
