@@ -428,3 +428,88 @@ def test_a_run_still_pretraining_is_named_as_such_not_as_a_run_without_the_phase
     assert f"run without such a phase: {pretrained}" in summary
     assert "all complete" not in summary  # the run still pre-training is not complete
     assert f"    {pretraining}: pre-training running or stopped, no downstream phase yet" in summary
+
+
+def test_at_reads_each_run_as_it_stood_at_a_budget(tmp_path):
+    """--at FRAMES: a run that has passed FRAMES counts (finished or not) with its value there; one still short of
+    them is running, one that ended before them is named as such."""
+    for name, seed, rows, running in (("passed", 1, [(1000, 0.2), (2000, 0.4), (3000, 0.9)], True),
+                                      ("finished", 2, [(1000, 0.1), (2000, 0.6), (4000, 0.8)], False),
+                                      ("short", 3, [(1000, 0.3)], True),
+                                      ("ended", 4, [(1000, 0.5)], False)):
+        run = make_run(tmp_path / "runs" / name, seed=seed)
+        (run / "pretrain").mkdir()
+        (run / "pretrain" / "analysis.csv").write_text(
+            "frames,coverage/entropy\n" + "".join(f"{frames},{value}\n" for frames, value in rows))
+        if not running:
+            (run / "pretrain" / "result.json").write_text("{}")
+    run_aggregate([tmp_path / "runs"], tmp_path / "out", "--metric", "coverage/entropy", "--at", "2000")
+    (row,) = read_rows(tmp_path / "out" / "scores.csv")
+    assert float(row["mean"]) == pytest.approx((0.4 + 0.6) / 2) and row["n_seeds"] == "2"
+    assert {int(r["seed"]): float(r["score"]) for r in read_rows(tmp_path / "out" / "runs.csv")} == \
+        pytest.approx({1: 0.4, 2: 0.6})
+    summary = (tmp_path / "out" / "summary.txt").read_text()
+    assert "seed 3: running or stopped, last evaluation at 1000 frames" in summary
+    assert "seed 4: ended before the frames asked for, last evaluation at 1000 frames" in summary
+    assert "Coverage/entropy at 2,000 frames: mean" in (tmp_path / "out" / "scores.md").read_text()
+
+
+def budget_runs(root: Path, scores: dict[tuple[str, int, int], float]) -> None:
+    """One run per (agent, pretrain_frames, seed): a fine-tuning on walker_run ending at the score."""
+    for (agent, frames, seed), score in scores.items():
+        run = make_run(root / f"{agent}_{frames}_{seed}", agent=agent, seed=seed, curves=final_curve(score))
+        OmegaConf.save(OmegaConf.merge(OmegaConf.load(run / "config.yaml"), {"pretrain_frames": frames}),
+                       run / "config.yaml")
+
+
+def test_versus_plots_each_budgets_iqm_and_a_method_without_pretraining_as_a_line(tmp_path, capsys):
+    """--versus pretrain_frames: per budget, rliable's IQM over that budget's runs (four seeds: the mean of the
+    middle two); DrQ, which does not pre-train, is one line across whatever its runs' budget key says."""
+    scores = {("proto", 1000, s): v for s, v in zip(range(4), (100.0, 200.0, 300.0, 900.0), strict=True)}
+    scores |= {("proto", 10000, s): v for s, v in zip(range(4), (500.0, 600.0, 700.0, 0.0), strict=True)}
+    scores |= {("drq", 1000 * (1 + s % 2), s): v for s, v in zip(range(4), (50.0, 60.0, 70.0, 80.0), strict=True)}
+    budget_runs(tmp_path / "runs", scores)
+    run_aggregate([tmp_path / "runs"], tmp_path / "out", "--versus", "pretrain_frames")
+    rows = {(r["method"], r["value"], r["metric"]): r for r in read_rows(tmp_path / "out" / "versus.csv")}
+    assert float(rows["proto", "1000", "IQM"]["point"]) == pytest.approx((200 + 300) / 2 / 1000)
+    assert float(rows["proto", "10000", "IQM"]["point"]) == pytest.approx((500 + 600) / 2 / 1000)
+    assert float(rows["proto", "10000", "Mean"]["point"]) == pytest.approx(1800 / 4 / 1000)
+    assert float(rows["drq", "", "IQM"]["point"]) == pytest.approx((60 + 70) / 2 / 1000)  # all four seeds, one line
+    assert rows["drq", "", "IQM"]["n_seeds"] == "4" and rows["proto", "1000", "IQM"]["n_seeds"] == "4"
+    assert {key[:2] for key in rows} == {("proto", "1000"), ("proto", "10000"), ("drq", "")}
+    for row in rows.values():
+        assert float(row["ci_low"]) <= float(row["point"]) <= float(row["ci_high"])
+    assert matplotlib.image.imread(tmp_path / "out" / "versus.png").shape[1] > 500
+    summary = capsys.readouterr().out
+    assert "proto, pretrain_frames=1000 (4 seeds): IQM 0.250 [" in summary
+    assert "drq, at every value (4 seeds)" in summary
+
+
+def test_versus_draws_an_earlier_aggregates_method_as_a_baseline(tmp_path, capsys):
+    budget_runs(tmp_path / "runs", {("proto", 1000, 1): 300.0, ("proto", 2000, 1): 500.0})
+    make_run(tmp_path / "earlier" / "drq", agent="drq", curves=final_curve(250.0))
+    run_aggregate([tmp_path / "earlier"], tmp_path / "drq")
+    run_aggregate([tmp_path / "runs"], tmp_path / "out", "--versus", "pretrain_frames",
+                  "--baseline", str(tmp_path / "drq" / "aggregate.csv"), "drq")
+    baseline = f"drq ({tmp_path / 'drq' / 'aggregate.csv'})"
+    rows = {(r["method"], r["metric"]): r for r in read_rows(tmp_path / "out" / "versus.csv")}
+    assert float(rows[baseline, "Mean"]["point"]) == pytest.approx(0.25) and rows[baseline, "Mean"]["value"] == ""
+    for bad, message in (([str(tmp_path / "drq" / "aggregate.csv"), "apt"], "no complete rows of method 'apt'"),
+                         ([str(tmp_path / "drq" / "scores.csv"), "drq"], "not an aggregate.csv"),
+                         ([str(tmp_path / "missing.csv"), "drq"], "No such file")):
+        with pytest.raises(SystemExit) as stop:
+            run_aggregate([tmp_path / "runs"], tmp_path / "bad", "--versus", "pretrain_frames", "--baseline", *bad)
+        err = capsys.readouterr().err
+        assert stop.value.code == 2 and message in err and len(err.strip().splitlines()) == 1
+    with pytest.raises(SystemExit):
+        run_aggregate([tmp_path / "runs"], tmp_path / "bad", "--baseline", str(tmp_path / "drq" / "aggregate.csv"),
+                      "drq")
+    assert "give --versus KEY" in capsys.readouterr().err
+
+
+def test_versus_a_key_that_is_not_a_number_is_one_line(tmp_path, capsys):
+    make_run(tmp_path / "runs" / "a", curves=final_curve(300.0))
+    with pytest.raises(SystemExit) as stop:
+        run_aggregate([tmp_path / "runs"], tmp_path / "out", "--versus", "task")
+    err = capsys.readouterr().err
+    assert stop.value.code == 2 and "--versus task" in err and "task=walker_run, not a number" in err

@@ -144,9 +144,23 @@ def aggregate(argv: list[str] | None = None) -> None:
     parser.add_argument("--all-curves", action="store_true",
                         help="draw methods without pre-training (DrQ, SAC from scratch) as curves too, instead of "
                              "a line at their final mean (as the paper's figures draw DrQ)")
+    parser.add_argument("--at", type=int, default=None, metavar="FRAMES",
+                        help="read each run as it stood at FRAMES frames (a run that has passed them counts, "
+                             "finished or not), e.g. the coverage of a pre-training budget")
+    parser.add_argument("--versus", default=None, metavar="KEY",
+                        help="a numeric config key to plot the statistics against, e.g. pretrain_frames (the "
+                             "pre-training budget): versus.csv and versus.png, methods without pre-training as a "
+                             "line across")
+    parser.add_argument("--baseline", nargs=2, action="append", default=[], metavar=("CSV", "METHOD"),
+                        help="with --versus: METHOD's rows of an aggregate.csv written before, drawn as a line "
+                             "across, e.g. --baseline <earlier aggregate>/aggregate.csv drq")
     args = parser.parse_args(argv)
     if args.reps < 1:
         parser.error("--reps must be at least 1")
+    if args.at is not None and args.at < 0:
+        parser.error("--at must be a number of frames, 0 or more")
+    if args.baseline and args.versus is None:
+        parser.error("--baseline draws a line across the --versus figure: give --versus KEY")
     if args.reference is not None and args.metric is not None:
         parser.error("--reference normalises the downstream return; it does not apply to --metric")
     references = None if args.reference is None else dict(args.reference)
@@ -154,10 +168,10 @@ def aggregate(argv: list[str] | None = None) -> None:
         parser.error("--reference names a task twice")
     metric = RETURN if args.metric is None else SUCCESS if args.metric == "success_rate" else \
         pretraining_metric(args.metric)
-    metric = dataclasses.replace(metric, over=args.score, references=references)
+    metric = dataclasses.replace(metric, over=args.score, references=references, at=args.at)
     try:
         print(aggregate_runs(args.paths, args.out, args.group_by, args.reps, args.seed, metric, args.tasks,
-                             args.all_curves),
+                             args.all_curves, args.versus, [(Path(csv), method) for csv, method in args.baseline]),
               flush=True)
     except (ResultsError, OSError, OmegaConfBaseException) as error:  # bad files: one line
         exit_with(one_line(error))

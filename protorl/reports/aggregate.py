@@ -6,13 +6,15 @@ paths is one record, its curve the evaluation return (`eval.csv`); with `--metri
 (`protorl.reports.records`). Only complete records enter the curves, the tables and the statistics: partial
 curves are left out, and every (method, task, seed) of the grid without a complete record is listed in
 `summary.txt`. Writes into the output directory: `curves.png/.pdf`, `scores.csv/.md`, `aggregate.csv`,
-`aggregate.png/.pdf`, `profiles.png/.pdf` and `summary.txt`. The statistics need rliable (the `sweep` extra).
+`aggregate.png/.pdf`, `profiles.png/.pdf`, `runs.csv` (each record's score) and `summary.txt`; with `--versus KEY`
+also `versus.csv` and `versus.png/.pdf`. The statistics need rliable (the `sweep` extra).
 """
 
 from __future__ import annotations
 
 import csv
 from collections import defaultdict
+from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
@@ -30,6 +32,7 @@ from protorl.reports.records import (
     discover_runs,
     not_complete,
     read_records,
+    up_to,
 )
 from protorl.reports.stats import (
     interval_estimates,
@@ -38,6 +41,7 @@ from protorl.reports.stats import (
     require_rliable,
     write_estimates,
 )
+from protorl.reports.versus import estimates, label_by_setting, plot_versus, read_baseline, summary_lines, write_versus
 from protorl.storage.run_files import PRETRAIN_DIR, is_complete
 
 
@@ -168,10 +172,13 @@ def stopped_jobs(paths: list[Path], records: list) -> list[str]:
 
 
 def aggregate_runs(paths: list[Path], out: Path, group_by: list[str], reps: int = 2000, seed: int = 0,
-                   metric: Metric = RETURN, tasks: list[str] | None = None, all_curves: bool = False) -> str:
+                   metric: Metric = RETURN, tasks: list[str] | None = None, all_curves: bool = False,
+                   versus: str | None = None, baselines: Sequence[tuple[Path, str]] = ()) -> str:
     """Write the tables, statistics and plots of the runs under `paths` into `out`; returns the summary. `tasks`:
     only the records of these tasks (default: all); `all_curves`: methods without pre-training drawn as curves
-    too, not as a line at their final mean.
+    too, not as a line at their final mean; `versus`: a numeric config key (e.g. `pretrain_frames`) to plot the
+    statistics against (`protorl.reports.versus`), with `baselines` ((aggregate.csv, method) pairs of earlier
+    aggregates) as lines across.
 
     Symlinks: a run is read only if it stays inside the path it was found under, and its files only if they
     stay inside the run directory. One leading elsewhere (a run directory linked into a sweep, a config.yaml or
@@ -179,7 +186,14 @@ def aggregate_runs(paths: list[Path], out: Path, group_by: list[str], reps: int 
     those of exactly the runs named, none silently dropped or mixed in. To include a linked run, name its target
     as a path."""
     runs = discover_runs(paths)
-    records = [r for run in runs for r in read_records(run, group_by, metric)]
+    labels = group_by if versus is None or versus in group_by else [*group_by, versus]
+    records = [r for run in runs for r in read_records(run, labels, metric)]
+    if metric.at is not None:
+        records = [up_to(r, metric.at) for r in records]
+    where = {}
+    if versus is not None:
+        records, where = label_by_setting(records, [k for k in labels if k != versus], versus, _pretrains)
+        baseline_rows = [row for path, method in baselines for row in read_baseline(path, method)]
     if tasks is not None:
         unknown = sorted(set(tasks) - {r.task for r in records})
         if unknown:
@@ -217,7 +231,8 @@ def aggregate_runs(paths: list[Path], out: Path, group_by: list[str], reps: int 
         colors = {method: f"C{i}" for i, method in enumerate(sorted({r.method for r in complete}))}
         panels = [curve_panel(task, complete, colors, _higher_is_better(metric), all_curves, titles)
                   for task in sorted({r.task for r in complete})]
-        written += write_scores(rows, out, metric) + plot_curves(panels, _png_pdf(out / "curves"))
+        written += write_scores(rows, out, metric) + [write_runs(complete, out / "runs.csv", metric)]
+        written += plot_curves(panels, _png_pdf(out / "curves"))
         lines += ["", markdown_table(rows, metric), ""]
         lines.append(f"  rliable ({normalised}, {reps} bootstrap reps, numpy seed {seed}):")
         lines += [f"    {line}" for line in used]
@@ -234,11 +249,28 @@ def aggregate_runs(paths: list[Path], out: Path, group_by: list[str], reps: int 
             written += plot_profiles({name: matrices[method] for name, method in shown.items()}, reps,
                                      {name: colors[method] for name, method in shown.items()},
                                      _png_pdf(out / "profiles"))
+            if versus is not None:
+                against = estimates(points, intervals, matrices, where) + baseline_rows
+                lines += ["", f"  against {versus} (95% CIs):"]
+                lines += [f"    {line}" for line in summary_lines(against, versus)]
+                written.append(write_versus(against, versus, out / "versus.csv"))
+                written += plot_versus(against, versus, _png_pdf(out / "versus"), normalised)
     written.append(out / "summary.txt")
     lines.append("  files: " + ", ".join(map(str, written)))
     text = "\n".join(lines)
     (out / "summary.txt").write_text(text + "\n")
     return text
+
+
+def write_runs(complete: list[Record], path: Path, metric: Metric) -> Path:
+    """`runs.csv`: each complete record's score and normalised score, with its phase directory."""
+    with open(path, "w", newline="") as f:
+        writer = csv.writer(f)
+        writer.writerow(["method", "task", "seed", "score", "normalised", "phase"])
+        for r in complete:
+            score = metric.score(r)
+            writer.writerow([r.method, r.task, r.seed, score, score / metric.normaliser(r.task), r.path])
+    return path
 
 
 def _named(method: str, titles: dict[str, str]) -> str:

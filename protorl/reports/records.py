@@ -12,7 +12,7 @@ import itertools
 import os
 from collections import defaultdict
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import numpy as np
@@ -40,6 +40,7 @@ from protorl.storage.rundir import result_changing_differences
 DMC_MAX_RETURN = 1000.0
 WITHOUT_PRETRAINING = "without pre-training"  # the method label's suffix for `finetune_scratch_<task>` runs
 COMPLETE, RUNNING, NOT_EVALUATED = "complete", "running or stopped", "no evaluation yet"
+ENDED_SHORT = "ended before the frames asked for"  # a complete phase without a value at `Metric.at`
 
 
 @dataclass(frozen=True)
@@ -53,6 +54,7 @@ class Metric:
     label: str
     over: str = "final"  # a record's score: its "final" value, or the "mean" over its evaluations (area under curve)
     references: Mapping[str, float] | None = None  # per task, a reference score to divide by (e.g. an expert's)
+    at: int | None = None  # read each curve as it stood at these frames (e.g. a pre-training budget); None: whole
 
     def normaliser(self, task: str) -> float:
         if self.references is not None:
@@ -73,6 +75,9 @@ class Metric:
 
     @property
     def score_label(self) -> str:
+        if self.at is not None:
+            return f"{self.label} at {self.at:,} frames" if self.over == "final" else \
+                f"{self.label}, mean over the evaluations up to {self.at:,} frames"
         return f"final {self.label}" if self.over == "final" else f"{self.label}, mean over the evaluations"
 
 
@@ -115,6 +120,17 @@ class Record:
     def final(self) -> float:
         """The metric at the last evaluation (e.g. the mean return)."""
         return float(self.values[-1])
+
+
+def up_to(record: Record, frames: int) -> Record:
+    """The record as it stood at `frames`: its curve up to there, complete if it has a value at `frames` itself
+    (a budget the run has passed, finished or not)."""
+    keep = record.frames <= frames
+    if keep.any() and record.frames[keep][-1] == frames:
+        status = COMPLETE
+    else:
+        status = NOT_EVALUATED if not keep.any() else ENDED_SHORT if record.status == COMPLETE else RUNNING
+    return replace(record, frames=record.frames[keep], values=record.values[keep], status=status)
 
 
 def discover_runs(paths: list[Path]) -> list[Path]:
@@ -285,6 +301,9 @@ def not_complete(records: list[Record]) -> list[str]:
             lines.append(f"{key[0]}  {key[1]}  seed {key[2]}: never ran")
         elif record.status == RUNNING:
             lines.append(f"{key[0]}  {key[1]}  seed {key[2]}: {RUNNING}, last evaluation at "
+                         f"{record.frames[-1]:.0f} frames ({record.path})")
+        elif record.status == ENDED_SHORT:
+            lines.append(f"{key[0]}  {key[1]}  seed {key[2]}: {ENDED_SHORT}, last evaluation at "
                          f"{record.frames[-1]:.0f} frames ({record.path})")
         elif record.status == NOT_EVALUATED:
             lines.append(f"{key[0]}  {key[1]}  seed {key[2]}: {NOT_EVALUATED} ({record.path})")
