@@ -431,12 +431,13 @@ def test_a_run_still_pretraining_is_named_as_such_not_as_a_run_without_the_phase
 
 
 def test_at_reads_each_run_as_it_stood_at_a_budget(tmp_path):
-    """--at FRAMES: a run that has passed FRAMES counts (finished or not) with its value there; one still short of
-    them is running, one that ended before them is named as such."""
+    """--at FRAMES: a run that has passed FRAMES counts (finished or not) with its last value at or before them;
+    one still short of them is running, one that ended before them is named as such."""
     for name, seed, rows, running in (("passed", 1, [(1000, 0.2), (2000, 0.4), (3000, 0.9)], True),
                                       ("finished", 2, [(1000, 0.1), (2000, 0.6), (4000, 0.8)], False),
                                       ("short", 3, [(1000, 0.3)], True),
-                                      ("ended", 4, [(1000, 0.5)], False)):
+                                      ("ended", 4, [(1000, 0.5)], False),
+                                      ("between", 5, [(1000, 0.8), (2500, 0.9)], True)):
         run = make_run(tmp_path / "runs" / name, seed=seed)
         (run / "pretrain").mkdir()
         (run / "pretrain" / "analysis.csv").write_text(
@@ -445,13 +446,17 @@ def test_at_reads_each_run_as_it_stood_at_a_budget(tmp_path):
             (run / "pretrain" / "result.json").write_text("{}")
     run_aggregate([tmp_path / "runs"], tmp_path / "out", "--metric", "coverage/entropy", "--at", "2000")
     (row,) = read_rows(tmp_path / "out" / "scores.csv")
-    assert float(row["mean"]) == pytest.approx((0.4 + 0.6) / 2) and row["n_seeds"] == "2"
+    assert float(row["mean"]) == pytest.approx((0.4 + 0.6 + 0.8) / 3) and row["n_seeds"] == "3"
     assert {int(r["seed"]): float(r["score"]) for r in read_rows(tmp_path / "out" / "runs.csv")} == \
-        pytest.approx({1: 0.4, 2: 0.6})
+        pytest.approx({1: 0.4, 2: 0.6, 5: 0.8})
     summary = (tmp_path / "out" / "summary.txt").read_text()
     assert "seed 3: running or stopped, last evaluation at 1000 frames" in summary
     assert "seed 4: ended before the frames asked for, last evaluation at 1000 frames" in summary
     assert "Coverage/entropy at 2,000 frames: mean" in (tmp_path / "out" / "scores.md").read_text()
+    run_aggregate([tmp_path / "runs"], tmp_path / "mean", "--metric", "coverage/entropy", "--at", "2000",
+                  "--score", "mean")
+    assert {int(r["seed"]): float(r["score"]) for r in read_rows(tmp_path / "mean" / "runs.csv")} == \
+        pytest.approx({1: 0.3, 2: 0.35, 5: 0.8})  # the mean of the values up to 2000 frames
 
 
 def budget_runs(root: Path, scores: dict[tuple[str, int, int], float]) -> None:
@@ -491,7 +496,7 @@ def test_versus_draws_an_earlier_aggregates_method_as_a_baseline(tmp_path, capsy
     run_aggregate([tmp_path / "earlier"], tmp_path / "drq")
     run_aggregate([tmp_path / "runs"], tmp_path / "out", "--versus", "pretrain_frames",
                   "--baseline", str(tmp_path / "drq" / "aggregate.csv"), "drq")
-    baseline = f"drq ({tmp_path / 'drq' / 'aggregate.csv'})"
+    baseline = "drq (drq)"  # the method (the folder of its aggregate.csv)
     rows = {(r["method"], r["metric"]): r for r in read_rows(tmp_path / "out" / "versus.csv")}
     assert float(rows[baseline, "Mean"]["point"]) == pytest.approx(0.25) and rows[baseline, "Mean"]["value"] == ""
     for bad, message in (([str(tmp_path / "drq" / "aggregate.csv"), "apt"], "no complete rows of method 'apt'"),
@@ -507,9 +512,38 @@ def test_versus_draws_an_earlier_aggregates_method_as_a_baseline(tmp_path, capsy
     assert "give --versus KEY" in capsys.readouterr().err
 
 
-def test_versus_a_key_that_is_not_a_number_is_one_line(tmp_path, capsys):
-    make_run(tmp_path / "runs" / "a", curves=final_curve(300.0))
+def test_versus_keeps_a_fine_tuning_without_pretraining_and_a_seed_at_several_budgets_as_lines(tmp_path):
+    """A run's fine-tuning without pre-training (finetune_scratch_<task>) and DrQ's runs of one seed at two
+    budgets do not vary with the budget: each is one line across (a seed's runs at two budgets are repeats), not
+    mixed into the pre-trained curve."""
+    for seed in (1, 2):
+        for frames, score, scratch in ((1000, 400.0, 100.0), (2000, 600.0, 100.0)):
+            run = make_run(tmp_path / "runs" / f"proto_{frames}_{seed}", seed=seed,
+                           curves={"finetune": [(2000, score + seed)], "finetune_scratch_walker_run":
+                                   [(2000, scratch + seed)]})
+            OmegaConf.save(OmegaConf.merge(OmegaConf.load(run / "config.yaml"), {"pretrain_frames": frames}),
+                           run / "config.yaml")
+    budget_runs(tmp_path / "runs", {("drq", 1000, 1): 50.0, ("drq", 2000, 1): 50.0})
+    run_aggregate([tmp_path / "runs"], tmp_path / "out", "--versus", "pretrain_frames")
+    rows = {(r["method"], r["value"]): float(r["point"]) for r in read_rows(tmp_path / "out" / "versus.csv")
+            if r["metric"] == "Mean"}
+    assert (tmp_path / "out" / "summary.txt").read_text().count("duplicate ignored") == 3  # drq 1, scratch 1 and 2
+    assert rows == pytest.approx({("proto", "1000"): 401.5 / 1000, ("proto", "2000"): 601.5 / 1000,
+                                  ("proto without pre-training", ""): (101.0 + 102.0) / 2 / 1000,
+                                  ("drq", ""): 0.05})
+
+
+@pytest.mark.parametrize("extra, message", [
+    (["--versus", "task"], "--versus task: "),
+    (["--versus", "agent.nope"], "has no agent.nope"),
+    (["--versus", "pretrain_frames", "--group-by", "pretrain_frames"], "leave it out of --group-by"),
+    (["--versus", "pretrain_frames", "--group-by", "task"], "has runs whose score varies with pretrain_frames and "
+                                                            "runs whose score does not"),
+])
+def test_versus_refuses_what_it_cannot_plot_in_one_line(tmp_path, capsys, extra, message):
+    budget_runs(tmp_path / "runs", {("proto", 1000, 1): 300.0, ("drq", 1000, 1): 100.0})
     with pytest.raises(SystemExit) as stop:
-        run_aggregate([tmp_path / "runs"], tmp_path / "out", "--versus", "task")
+        run_aggregate([tmp_path / "runs"], tmp_path / "out", *extra)
     err = capsys.readouterr().err
-    assert stop.value.code == 2 and "--versus task" in err and "task=walker_run, not a number" in err
+    assert stop.value.code == 2 and message in err and len(err.strip().splitlines()) == 1
+    assert not (tmp_path / "out").exists()

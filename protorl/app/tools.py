@@ -145,8 +145,9 @@ def aggregate(argv: list[str] | None = None) -> None:
                         help="draw methods without pre-training (DrQ, SAC from scratch) as curves too, instead of "
                              "a line at their final mean (as the paper's figures draw DrQ)")
     parser.add_argument("--at", type=int, default=None, metavar="FRAMES",
-                        help="read each run as it stood at FRAMES frames (a run that has passed them counts, "
-                             "finished or not), e.g. the coverage of a pre-training budget")
+                        help="read each run as it stood at FRAMES frames: once it has passed them (finished or "
+                             "not), its score is its last value at or before them; e.g. the coverage of a "
+                             "pre-training budget")
     parser.add_argument("--versus", default=None, metavar="KEY",
                         help="a numeric config key to plot the statistics against, e.g. pretrain_frames (the "
                              "pre-training budget): versus.csv and versus.png, methods without pre-training as a "
@@ -159,6 +160,8 @@ def aggregate(argv: list[str] | None = None) -> None:
         parser.error("--reps must be at least 1")
     if args.at is not None and args.at < 0:
         parser.error("--at must be a number of frames, 0 or more")
+    if args.versus is not None and args.versus in args.group_by:
+        parser.error(f"--versus {args.versus} is the figure's x axis: leave it out of --group-by")
     if args.baseline and args.versus is None:
         parser.error("--baseline draws a line across the --versus figure: give --versus KEY")
     if args.reference is not None and args.metric is not None:

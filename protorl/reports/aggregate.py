@@ -42,7 +42,7 @@ from protorl.reports.stats import (
     write_estimates,
 )
 from protorl.reports.versus import estimates, label_by_setting, plot_versus, read_baseline, summary_lines, write_versus
-from protorl.storage.run_files import PRETRAIN_DIR, is_complete
+from protorl.storage.run_files import PRETRAIN_DIR, is_complete, scratch_dir_name
 
 
 def score_table(complete: list[Record], metric: Metric = RETURN) -> list[dict]:
@@ -146,6 +146,12 @@ def curve_panel(task: str, complete: list[Record], colors: dict[str, str], ylabe
     return Panel(task, ylabel, curves, levels)
 
 
+def _varies_with_pretraining(record: Record) -> bool:
+    """Whether a record's score can vary with a pre-training setting: a pre-trained agent's, not one fine-tuned
+    without pre-training (`finetune_scratch_<task>`) nor one of an agent without pre-training (DrQ)."""
+    return _pretrains(record.agent) and record.path.name != scratch_dir_name(record.task)
+
+
 PRETRAINING_UNFINISHED = "pre-training running or stopped, no downstream phase yet"
 
 
@@ -186,13 +192,12 @@ def aggregate_runs(paths: list[Path], out: Path, group_by: list[str], reps: int 
     those of exactly the runs named, none silently dropped or mixed in. To include a linked run, name its target
     as a path."""
     runs = discover_runs(paths)
-    labels = group_by if versus is None or versus in group_by else [*group_by, versus]
-    records = [r for run in runs for r in read_records(run, labels, metric)]
+    records = [r for run in runs for r in read_records(run, group_by, metric)]
     if metric.at is not None:
         records = [up_to(r, metric.at) for r in records]
-    where = {}
+    where, baseline_rows = {}, []
     if versus is not None:
-        records, where = label_by_setting(records, [k for k in labels if k != versus], versus, _pretrains)
+        records, where = label_by_setting(records, versus, _varies_with_pretraining)
         baseline_rows = [row for path, method in baselines for row in read_baseline(path, method)]
     if tasks is not None:
         unknown = sorted(set(tasks) - {r.task for r in records})
@@ -201,7 +206,7 @@ def aggregate_runs(paths: list[Path], out: Path, group_by: list[str], reps: int 
         records = [r for r in records if r.task in tasks]
     check_references(records, paths, metric)
     check_metric_column(records, runs, metric)
-    records, duplicates = deduplicate(records)
+    records, duplicates = deduplicate(records, frozenset({versus} if versus else ()))
     normalised = metric.normalised_label
     titles = method_titles(records)
     complete = [r for r in records if r.status == COMPLETE]

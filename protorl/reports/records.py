@@ -123,10 +123,10 @@ class Record:
 
 
 def up_to(record: Record, frames: int) -> Record:
-    """The record as it stood at `frames`: its curve up to there, complete if it has a value at `frames` itself
-    (a budget the run has passed, finished or not)."""
+    """The record as it stood at `frames`: its curve up to there; complete (its score its last value at or before
+    `frames`) once the run has passed `frames`, finished or not."""
     keep = record.frames <= frames
-    if keep.any() and record.frames[keep][-1] == frames:
+    if keep.any() and (record.frames >= frames).any():
         status = COMPLETE
     else:
         status = NOT_EVALUATED if not keep.any() else ENDED_SHORT if record.status == COMPLETE else RUNNING
@@ -265,13 +265,13 @@ def flat_config(run_dir: Path) -> dict[str, object]:
     return {key: value for key, value in flatten(config) if key != "run_dir"}
 
 
-def deduplicate(records: list[Record]) -> tuple[list[Record], list[Record]]:
+def deduplicate(records: list[Record], ignored: frozenset[str] = frozenset()) -> tuple[list[Record], list[Record]]:
     """One record per (method, task, seed), preferring complete ones, then the longest curve; and the rest.
 
     Records of one (method, task, seed) from runs whose configs differ in a setting that changes results are
     different experiments, not repeats: that raises `ResultsError` naming the keys to add to `--group-by`. The
-    settings a rerun may change (checkpoints, logging, devices; where a snapshot recorded by its content lives) do
-    not tell runs apart."""
+    settings a rerun may change (checkpoints, logging, devices; where a snapshot recorded by its content lives) and
+    the `ignored` keys (`--versus`'s, for a method whose score does not vary with it) do not tell runs apart."""
     groups = defaultdict(list)
     for record in records:
         groups[record.method, record.task, record.seed].append(record)
@@ -279,7 +279,8 @@ def deduplicate(records: list[Record]) -> tuple[list[Record], list[Record]]:
     for (method, task, seed), group in groups.items():
         configs = [flat_config(record.path.parent) for record in group] if len(group) > 1 else [{}]
         differing = sorted({key for config in configs[1:]
-                            for key in result_changing_differences(configs[0], config, symmetric=True)})
+                            for key in result_changing_differences(configs[0], config, symmetric=True)}
+                           - ignored)
         if differing:
             raise ResultsError(f"{method} on {task} seed {seed} comes from runs with different configs "
                                f"({', '.join(str(r.path.parent) for r in group)}; they differ in "

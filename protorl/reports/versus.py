@@ -18,7 +18,7 @@ from omegaconf import OmegaConf
 
 from protorl.errors import ResultsError
 from protorl.plots import save, style
-from protorl.reports.records import Record, method_label
+from protorl.reports.records import Record
 from protorl.reports.stats import METRICS
 from protorl.storage.run_files import CONFIG_FILE, read_run_config
 
@@ -28,18 +28,18 @@ COLUMNS = ["method", "setting", "value", "metric", "point", "ci_low", "ci_high",
 
 @dataclass(frozen=True)
 class Setting:
-    """Where a method label of `--group-by` plus `--versus KEY` sits: the label without KEY, and KEY's value."""
+    """Where a method label sits: the method without the setting, and the setting's value (None: a line across)."""
 
     method: str
-    value: float
+    value: float | None
 
 
 @dataclass(frozen=True)
 class Estimate:
-    """One method's aggregate metric at one value of the setting (NaN: a line across, the same at every value)."""
+    """One method's aggregate metric at one value of the setting (None: a line across, the same at every value)."""
 
     method: str
-    value: float
+    value: float | None
     metric: str
     point: float
     low: float
@@ -47,33 +47,43 @@ class Estimate:
     n_seeds: int
 
 
-def label_by_setting(records: list[Record], group_by: list[str], key: str,
-                     varies: Callable[[str], bool]) -> tuple[list[Record], dict[str, Setting]]:
-    """The records (labelled by `group_by` and `key`) and where each label sits. A record of an agent for which
-    `varies(agent)` is false (one without pre-training, for a pre-training setting) is relabelled by `group_by`
-    alone, its value NaN: a line across. ResultsError naming the run where `key` does not hold a number."""
+def label_by_setting(records: list[Record], key: str,
+                     varies: Callable[[Record], bool]) -> tuple[list[Record], dict[str, Setting]]:
+    """The records, each whose score `varies` with the setting (e.g. a pre-trained agent's, for a pre-training
+    setting) relabelled `<method> <key>=<value>`; and where each label sits. A record that does not vary keeps its
+    label: a line across. ResultsError naming the run where `key` is missing or not a number, or where one label
+    would hold records that vary and records that do not."""
     relabelled, where = [], {}
     for record in records:
-        run_dir = record.path.parent
-        config = read_run_config(run_dir / CONFIG_FILE)
-        value = OmegaConf.select(config, key)
-        if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
-            raise ResultsError(f"--versus {key}: {run_dir}/config.yaml has {key}={value}, not a number")
-        method = method_label(config, group_by, run_dir)
-        if not varies(record.agent):
-            record = replace(record, method=method)
-        where[record.method] = Setting(method, float(value) if varies(record.agent) else math.nan)
+        if not varies(record):
+            setting = Setting(record.method, None)
+        else:
+            run_dir = record.path.parent
+            value = OmegaConf.select(read_run_config(run_dir / CONFIG_FILE), key, default=None)
+            if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+                raise ResultsError(f"--versus {key}: {run_dir}/config.yaml has "
+                                   f"{'no ' + key if value is None else f'{key}={value}, not a number'}")
+            setting = Setting(record.method, float(value))
+            named = f"{key}={_number(float(value))}"
+            record = replace(record, method=f"{record.method} {named}",
+                             title=f"{record.title or record.method} {named}")
+        if (where.get(record.method, setting) != setting
+                or any(s.method == setting.method and (s.value is None) != (setting.value is None)
+                       for s in where.values())):
+            raise ResultsError(f"--versus {key}: method {setting.method} has runs whose score varies with {key} "
+                               f"and runs whose score does not (e.g. {record.path}): tell them apart with --group-by")
+        where[record.method] = setting
         relabelled.append(record)
     return relabelled, where
 
 
-def estimates(points: dict, intervals: dict, matrices: dict[str, np.ndarray],
+def estimates(points: dict[str, np.ndarray], intervals: dict[str, np.ndarray], matrices: dict[str, np.ndarray],
               where: dict[str, Setting]) -> list[Estimate]:
-    """The rows of `versus.csv` from rliable's estimates per method label, one per metric."""
+    """The rows of `versus.csv` from rliable's estimates per method label (`interval_estimates`), one per metric."""
+    order = sorted(points, key=lambda m: (where[m].method, where[m].value is not None, where[m].value or 0.0))
     return [Estimate(where[label].method, where[label].value, metric, float(points[label][i]),
                      float(intervals[label][0, i]), float(intervals[label][1, i]), len(matrices[label]))
-            for label in sorted(points, key=lambda m: (where[m].method, where[m].value))
-            for i, metric in enumerate(METRICS)]
+            for label in order for i, metric in enumerate(METRICS)]
 
 
 def read_baseline(path: Path, method: str) -> list[Estimate]:
@@ -88,13 +98,15 @@ def read_baseline(path: Path, method: str) -> list[Estimate]:
             rows = list(reader)
     except OSError as error:
         raise ResultsError(f"--baseline {path}: {error.strerror}") from error
+    except (UnicodeDecodeError, csv.Error) as error:
+        raise ResultsError(f"--baseline {path}: not an aggregate.csv of protorl-aggregate ({error})") from error
     found = {row["metric"]: row for row in rows if row["method"] == method}
     if set(found) != set(METRICS):
         names = sorted({row["method"] for row in rows})
         raise ResultsError(f"--baseline {path}: no complete rows of method {method!r} (methods: "
                            f"{', '.join(names) or 'none'})")
     try:
-        return [Estimate(f"{method} ({path})", math.nan, metric, float(row["point"]), float(row["ci_low"]),
+        return [Estimate(f"{method} ({path.parent.name})", None, metric, float(row["point"]), float(row["ci_low"]),
                          float(row["ci_high"]), 0) for metric, row in found.items()]
     except ValueError as error:
         raise ResultsError(f"--baseline {path}: {error}") from error
@@ -106,7 +118,7 @@ def write_versus(rows: list[Estimate], key: str, path: Path) -> Path:
         writer = csv.writer(f)
         writer.writerow(COLUMNS)
         for row in rows:
-            writer.writerow([row.method, key, "" if math.isnan(row.value) else _number(row.value), row.metric,
+            writer.writerow([row.method, key, "" if row.value is None else _number(row.value), row.metric,
                              row.point, row.low, row.high, row.n_seeds or ""])
     return path
 
@@ -118,7 +130,7 @@ def summary_lines(rows: list[Estimate], key: str) -> list[str]:
         by_point[row.method, row.value][row.metric] = row
     lines = []
     for (method, value), metrics in by_point.items():
-        where = "at every value" if math.isnan(value) else f"{key}={_number(value)}"
+        where = "at every value" if value is None else f"{key}={_number(value)}"
         seeds = next(iter(metrics.values())).n_seeds
         lines.append(f"{method}, {where}{f' ({seeds} seeds)' if seeds else ''}: " + ", ".join(
             f"{name} {metrics[name].point:.3f} [{metrics[name].low:.3f}, {metrics[name].high:.3f}]"
@@ -133,8 +145,8 @@ def plot_versus(rows: list[Estimate], key: str, paths: list[Path], normalised: s
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
 
-    methods = sorted({row.method for row in rows}, key=lambda m: (math.isnan(_first(rows, m).value), m))
-    values = sorted({row.value for row in rows if not math.isnan(row.value)})
+    methods = sorted({row.method for row in rows}, key=lambda m: (_first(rows, m).value is None, m))
+    values = sorted({row.value for row in rows if row.value is not None})
     with style():
         fig = Figure(figsize=(5.0 * len(SHOWN), 4.0), layout="constrained")
         FigureCanvasAgg(fig)
@@ -143,7 +155,7 @@ def plot_versus(rows: list[Estimate], key: str, paths: list[Path], normalised: s
                 mine = sorted((row for row in rows if row.method == method and row.metric == metric),
                               key=lambda row: row.value)
                 color = f"C{i}"
-                if math.isnan(mine[0].value):
+                if mine[0].value is None:
                     ax.axhline(mine[0].point, color=color, linestyle="--", label=method)
                     ax.axhspan(mine[0].low, mine[0].high, color=color, alpha=0.12)
                     continue
