@@ -139,8 +139,8 @@ def summary_lines(rows: list[Estimate], key: str) -> list[str]:
 
 
 def plot_versus(rows: list[Estimate], key: str, paths: list[Path], normalised: str) -> list[Path]:
-    """One panel per metric of `SHOWN`: each method's point estimates against the setting with a band for the
-    95% CIs; lines across (with their band) for the methods without a value; a log axis when the values span a
+    """One panel per metric of `SHOWN`: each method's point estimates against the setting with bars and a band for
+    the 95% CIs; lines across (with their band) for the methods without a value; a log axis when the values span a
     factor of 10 or more. `normalised`: what the scores are, for the figure's title."""
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
@@ -160,7 +160,9 @@ def plot_versus(rows: list[Estimate], key: str, paths: list[Path], normalised: s
                     ax.axhspan(mine[0].low, mine[0].high, color=color, alpha=0.12)
                     continue
                 x = [row.value for row in mine]
-                ax.plot(x, [row.point for row in mine], "o-", color=color, label=method)
+                ax.errorbar(x, [row.point for row in mine], yerr=[[row.point - row.low for row in mine],
+                                                                 [row.high - row.point for row in mine]],
+                            fmt="o-", capsize=3, color=color, label=method)  # the bars show a lone value's CI
                 ax.fill_between(x, [row.low for row in mine], [row.high for row in mine], color=color, alpha=0.2)
             if values and values[0] > 0 and values[-1] / values[0] >= 10:
                 ax.set_xscale("log")
