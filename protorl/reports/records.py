@@ -40,7 +40,7 @@ from protorl.storage.rundir import result_changing_differences
 DMC_MAX_RETURN = 1000.0
 WITHOUT_PRETRAINING = "without pre-training"  # the method label's suffix for `finetune_scratch_<task>` runs
 COMPLETE, RUNNING, NOT_EVALUATED = "complete", "running or stopped", "no evaluation yet"
-ENDED_SHORT = "ended before the frames asked for"  # a complete phase without a value at `Metric.at`
+ENDED_SHORT = "ended before the frames asked for"  # a finished phase that stopped short of `Metric.at`
 
 
 @dataclass(frozen=True)
@@ -300,11 +300,8 @@ def not_complete(records: list[Record]) -> list[str]:
         record = by_key.get(key)
         if record is None:
             lines.append(f"{key[0]}  {key[1]}  seed {key[2]}: never ran")
-        elif record.status == RUNNING:
-            lines.append(f"{key[0]}  {key[1]}  seed {key[2]}: {RUNNING}, last evaluation at "
-                         f"{record.frames[-1]:.0f} frames ({record.path})")
-        elif record.status == ENDED_SHORT:
-            lines.append(f"{key[0]}  {key[1]}  seed {key[2]}: {ENDED_SHORT}, last evaluation at "
+        elif record.status in (RUNNING, ENDED_SHORT):
+            lines.append(f"{key[0]}  {key[1]}  seed {key[2]}: {record.status}, last evaluation at "
                          f"{record.frames[-1]:.0f} frames ({record.path})")
         elif record.status == NOT_EVALUATED:
             lines.append(f"{key[0]}  {key[1]}  seed {key[2]}: {NOT_EVALUATED} ({record.path})")

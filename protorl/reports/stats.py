@@ -14,6 +14,7 @@ from protorl.plots import save, style
 
 METRICS = {"IQM": "aggregate_iqm", "Mean": "aggregate_mean", "Median": "aggregate_median",  # -> rliable.metrics
            "Optimality Gap": "aggregate_optimality_gap"}
+ESTIMATE_COLUMNS = ["method", "metric", "point", "ci_low", "ci_high"]  # aggregate.csv
 Scores = dict[str, np.ndarray]  # per method, normalised final scores (seeds, tasks)
 
 
@@ -38,7 +39,7 @@ def write_estimates(points: dict, intervals: dict, path: Path) -> Path:
     """`aggregate.csv`: one row per (method, metric)."""
     with open(path, "w", newline="") as f:
         writer = csv.writer(f)
-        writer.writerow(["method", "metric", "point", "ci_low", "ci_high"])
+        writer.writerow(ESTIMATE_COLUMNS)
         for method in points:
             for i, metric in enumerate(METRICS):
                 writer.writerow([method, metric, points[method][i], intervals[method][0, i], intervals[method][1, i]])

@@ -19,7 +19,7 @@ from omegaconf import OmegaConf
 from protorl.errors import ResultsError
 from protorl.plots import save, style
 from protorl.reports.records import Record
-from protorl.reports.stats import METRICS
+from protorl.reports.stats import ESTIMATE_COLUMNS, METRICS
 from protorl.storage.run_files import CONFIG_FILE, read_run_config
 
 SHOWN = ("IQM", "Mean")  # the metrics of rliable's four that the figure draws; versus.csv holds all four
@@ -92,7 +92,7 @@ def read_baseline(path: Path, method: str) -> list[Estimate]:
     try:
         with open(path, newline="") as f:
             reader = csv.DictReader(f)
-            if reader.fieldnames != ["method", "metric", "point", "ci_low", "ci_high"]:
+            if reader.fieldnames != ESTIMATE_COLUMNS:
                 raise ResultsError(f"--baseline {path}: not an aggregate.csv of protorl-aggregate (its columns: "
                                    f"{', '.join(reader.fieldnames or []) or 'none'})")
             rows = list(reader)
