@@ -499,9 +499,16 @@ def test_versus_draws_an_earlier_aggregates_method_as_a_baseline(tmp_path, capsy
     baseline = "drq (drq)"  # the method (the folder of its aggregate.csv)
     rows = {(r["method"], r["metric"]): r for r in read_rows(tmp_path / "out" / "versus.csv")}
     assert float(rows[baseline, "Mean"]["point"]) == pytest.approx(0.25) and rows[baseline, "Mean"]["value"] == ""
+    run_aggregate([tmp_path / "runs"], tmp_path / "at", "--versus", "pretrain_frames",
+                  "--baseline", str(tmp_path / "drq" / "aggregate.csv"), "drq@500")  # measured at 500: a point
+    rows = {(r["method"], r["metric"]): r for r in read_rows(tmp_path / "at" / "versus.csv")}
+    assert float(rows[baseline, "Mean"]["point"]) == pytest.approx(0.25) and rows[baseline, "Mean"]["value"] == "500"
+    assert "drq (drq), pretrain_frames=500: IQM 0.250 [" in capsys.readouterr().out
     for bad, message in (([str(tmp_path / "drq" / "aggregate.csv"), "apt"], "no complete rows of method 'apt'"),
                          ([str(tmp_path / "drq" / "scores.csv"), "drq"], "not an aggregate.csv"),
-                         ([str(tmp_path / "missing.csv"), "drq"], "No such file")):
+                         ([str(tmp_path / "missing.csv"), "drq"], "No such file"),
+                         ([str(tmp_path / "drq" / "aggregate.csv"), "drq@half"], "METHOD@VALUE with VALUE a number"),
+                         ([str(tmp_path / "drq" / "aggregate.csv"), "@500"], "METHOD@VALUE with VALUE a number")):
         with pytest.raises(SystemExit) as stop:
             run_aggregate([tmp_path / "runs"], tmp_path / "bad", "--versus", "pretrain_frames", "--baseline", *bad)
         err = capsys.readouterr().err

@@ -118,6 +118,7 @@ def aggregate(argv: list[str] | None = None) -> None:
     from protorl.errors import ResultsError
     from protorl.reports.aggregate import aggregate_runs
     from protorl.reports.records import RETURN, SCORES, SUCCESS, pretraining_metric
+    from protorl.reports.versus import baseline_method
 
     parser = _ArgumentParser(prog="protorl-aggregate", description=aggregate.__doc__)
     parser.add_argument("paths", nargs="+", type=Path, metavar="PATH",
@@ -154,7 +155,8 @@ def aggregate(argv: list[str] | None = None) -> None:
                              "line across")
     parser.add_argument("--baseline", nargs=2, action="append", default=[], metavar=("CSV", "METHOD"),
                         help="with --versus: METHOD's rows of an aggregate.csv written before, drawn as a line "
-                             "across, e.g. --baseline <earlier aggregate>/aggregate.csv drq")
+                             "across, e.g. --baseline <earlier aggregate>/aggregate.csv drq; METHOD@VALUE draws "
+                             "them as a point at that value of KEY, where they were measured, e.g. proto@100000")
     args = parser.parse_args(argv)
     if args.reps < 1:
         parser.error("--reps must be at least 1")
@@ -164,6 +166,10 @@ def aggregate(argv: list[str] | None = None) -> None:
         parser.error(f"--versus {args.versus} is the figure's x axis: leave it out of --group-by")
     if args.baseline and args.versus is None:
         parser.error("--baseline draws a line across the --versus figure: give --versus KEY")
+    try:
+        baselines = [(Path(csv), *baseline_method(method)) for csv, method in args.baseline]
+    except ResultsError as error:
+        parser.error(str(error))
     if args.reference is not None and args.metric is not None:
         parser.error("--reference normalises the downstream return; it does not apply to --metric")
     references = None if args.reference is None else dict(args.reference)
@@ -174,7 +180,7 @@ def aggregate(argv: list[str] | None = None) -> None:
     metric = dataclasses.replace(metric, over=args.score, references=references, at=args.at)
     try:
         print(aggregate_runs(args.paths, args.out, args.group_by, args.reps, args.seed, metric, args.tasks,
-                             args.all_curves, args.versus, [(Path(csv), method) for csv, method in args.baseline]),
+                             args.all_curves, args.versus, baselines),
               flush=True)
     except (ResultsError, OSError, OmegaConfBaseException) as error:  # bad files: one line
         exit_with(one_line(error))

@@ -179,12 +179,13 @@ def stopped_jobs(paths: list[Path], records: list) -> list[str]:
 
 def aggregate_runs(paths: list[Path], out: Path, group_by: list[str], reps: int = 2000, seed: int = 0,
                    metric: Metric = RETURN, tasks: list[str] | None = None, all_curves: bool = False,
-                   versus: str | None = None, baselines: Sequence[tuple[Path, str]] = ()) -> str:
+                   versus: str | None = None,
+                   baselines: Sequence[tuple[Path, str, float | None]] = ()) -> str:
     """Write the tables, statistics and plots of the runs under `paths` into `out`; returns the summary. `tasks`:
     only the records of these tasks (default: all); `all_curves`: methods without pre-training drawn as curves
     too, not as a line at their final mean; `versus`: a numeric config key (e.g. `pretrain_frames`) to plot the
-    statistics against (`protorl.reports.versus`), with `baselines` ((aggregate.csv, method) pairs of earlier
-    aggregates) as lines across.
+    statistics against (`protorl.reports.versus`), with `baselines` ((aggregate.csv, method, value) of earlier
+    aggregates) as lines across, or as points where the value is given.
 
     Symlinks: a run is read only if it stays inside the path it was found under, and its files only if they
     stay inside the run directory. One leading elsewhere (a run directory linked into a sweep, a config.yaml or
@@ -198,7 +199,7 @@ def aggregate_runs(paths: list[Path], out: Path, group_by: list[str], reps: int 
     where, baseline_rows = {}, []
     if versus is not None:
         records, where = label_by_setting(records, versus, _varies_with_pretraining)
-        baseline_rows = [row for path, method in baselines for row in read_baseline(path, method)]
+        baseline_rows = [row for path, method, value in baselines for row in read_baseline(path, method, value)]
     if tasks is not None:
         unknown = sorted(set(tasks) - {r.task for r in records})
         if unknown:

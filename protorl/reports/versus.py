@@ -1,7 +1,8 @@
 """The scores against a numeric setting (`protorl-aggregate --versus KEY`), e.g. the pre-training budget
 `pretrain_frames` as in the paper's figure that varies it: per method and value of the setting, rliable's IQM and
 mean with their 95% CIs, one curve per method. A method without pre-training does not vary with a pre-training
-setting: it is a line across, and so is a method read from another aggregate's `aggregate.csv` (`--baseline`).
+setting: it is a line across, and so is a method read from another aggregate's `aggregate.csv` (`--baseline`),
+unless it names the value it was measured at (`METHOD@VALUE`): then it is a point of its own at that value.
 """
 
 from __future__ import annotations
@@ -86,9 +87,26 @@ def estimates(points: dict[str, np.ndarray], intervals: dict[str, np.ndarray], m
             for label in order for i, metric in enumerate(METRICS)]
 
 
-def read_baseline(path: Path, method: str) -> list[Estimate]:
-    """Method `method`'s rows of an `aggregate.csv` that protorl-aggregate wrote, as lines across; ResultsError if
-    the file is not one or has no such method."""
+def baseline_method(text: str) -> tuple[str, float | None]:
+    """`METHOD` or `METHOD@VALUE` (the value of the setting the method was measured at) as (method, value);
+    ResultsError if VALUE is not a finite number."""
+    method, at, value = text.rpartition("@")
+    if not at:
+        return text, None
+    try:
+        number = float(value)
+    except ValueError:
+        number = math.nan
+    if not method or not math.isfinite(number):
+        raise ResultsError(f"--baseline: {text!r} is not METHOD or METHOD@VALUE with VALUE a number, "
+                           f"e.g. proto@100000")
+    return method, number
+
+
+def read_baseline(path: Path, method: str, value: float | None = None) -> list[Estimate]:
+    """Method `method`'s rows of an `aggregate.csv` that protorl-aggregate wrote: lines across, or a point at
+    `value` of the setting when it was measured at one; ResultsError if the file is not one or has no such
+    method."""
     try:
         with open(path, newline="") as f:
             reader = csv.DictReader(f)
@@ -106,7 +124,7 @@ def read_baseline(path: Path, method: str) -> list[Estimate]:
         raise ResultsError(f"--baseline {path}: no complete rows of method {method!r} (methods: "
                            f"{', '.join(names) or 'none'})")
     try:
-        return [Estimate(f"{method} ({path.parent.name})", None, metric, float(row["point"]), float(row["ci_low"]),
+        return [Estimate(f"{method} ({path.parent.name})", value, metric, float(row["point"]), float(row["ci_low"]),
                          float(row["ci_high"]), 0) for metric, row in found.items()]
     except ValueError as error:
         raise ResultsError(f"--baseline {path}: {error}") from error
