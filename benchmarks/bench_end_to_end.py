@@ -7,7 +7,8 @@ frames downstream). The projection of a 500k + 500k run is the sum of those rate
 
     python benchmarks/bench_end_to_end.py                     # about 10 minutes on 2 CPU cores
     python benchmarks/bench_end_to_end.py --frames 2000       # longer, steadier
-    python benchmarks/bench_end_to_end.py --device cuda --compile --tf32   # a GPU: compiled update, CUDA graphs
+    python benchmarks/bench_end_to_end.py --device cuda --compile --tf32 --warmup 400   # a GPU: compiled update,
+                                                      # CUDA graphs, the first 400 frames (compiling) left out
 """
 
 from __future__ import annotations
@@ -35,30 +36,30 @@ PAPER_EVAL = (10_000, 10)  # downstream: every 10k frames, 10 episodes (the pape
 
 
 class Stopwatch(Callback):
-    """The wall time from the first step after the seed transitions to the phase's end."""
+    """The wall time from `start_frames` (the seed transitions and any warm-up after them) to the phase's end."""
 
-    def __init__(self, seed_frames: int):
-        self.seed_frames, self.start, self.end, self.frames = seed_frames, None, None, 0
+    def __init__(self, start_frames: int):
+        self.start_frames, self.start, self.end, self.frames = start_frames, None, None, 0
 
     def before_step(self, frames: int) -> None:
-        if frames == self.seed_frames:
+        if frames == self.start_frames:
             self.start = time.perf_counter()
 
     def on_phase_end(self, frames: int) -> None:
-        self.end, self.frames = time.perf_counter(), frames - self.seed_frames
+        self.end, self.frames = time.perf_counter(), frames - self.start_frames
 
     @property
     def fps(self) -> float:
         return self.frames / (self.end - self.start)
 
 
-def timed_phase(cfg: Config, phase: str, out_dir: Path, pretrained: dict | None = None) -> float:
-    """Frames per second of `phase` after its seed transitions."""
+def timed_phase(cfg: Config, phase: str, out_dir: Path, warmup: int, pretrained: dict | None = None) -> float:
+    """Frames per second of `phase` after its seed transitions and `warmup` more frames."""
     from protorl.training import Trainer, phase_of
 
     kind = "pretrain" if phase == "pretrain" else "finetune" if pretrained is not None else "scratch"
     trainer = Trainer(cfg, phase_of(cfg, kind, cfg.task), out_dir, pretrained=pretrained)
-    watch = Stopwatch(cfg.training.seed_transitions * cfg.env.action_repeat)
+    watch = Stopwatch(cfg.training.seed_transitions * cfg.env.action_repeat + warmup)
     trainer.callbacks.insert(0, watch)  # its phase end comes before the final evaluation's
     trainer.run()
     return watch.fps
@@ -87,9 +88,12 @@ def main() -> None:
     parser.add_argument("--env", default="walker_walk")
     parser.add_argument("--frames", type=int, default=400, help="timed frames per phase, after seeding")
     parser.add_argument("--seed-steps", type=int, default=50, help="agent steps of seed transitions per phase")
+    parser.add_argument("--warmup", type=int, default=0,
+                        help="frames after seeding left out of the timing (with --compile: the compilation's)")
     parser.add_argument("--device", default="auto")
     parser.add_argument("--compile", action="store_true",
-                        help="runtime.compile_update (its compile time falls inside the timed frames)")
+                        help="runtime.compile_update (its compile time falls inside the timed frames unless --warmup "
+                             "covers it)")
     parser.add_argument("--tf32", action="store_true", help="runtime.tf32 (CUDA)")
     args = parser.parse_args()
 
@@ -99,7 +103,7 @@ def main() -> None:
     from protorl.storage.snapshots import load_snapshot
 
     with tempfile.TemporaryDirectory() as tmp:
-        phase_frames = args.seed_steps * 2 + args.frames  # action repeat 2
+        phase_frames = args.seed_steps * 2 + args.warmup + args.frames  # action repeat 2
         cfg = Config(task=args.env, pretrain_frames=phase_frames, finetune_frames=phase_frames, run_dir=tmp,
                      training=TrainingConfig(seed_transitions=args.seed_steps),
                      snapshots=SnapshotsConfig(at_frames=[]), checkpoints=CheckpointsConfig(every_frames=None),
@@ -113,10 +117,11 @@ def main() -> None:
             f"CPU, {torch.get_num_threads()} threads"
         print(f"{args.env} from pixels, paper settings (batch {cfg.agent.batch_size}, action repeat "
               f"{cfg.env.action_repeat}), torch {torch.__version__}, {name}, compiled update {args.compile}, "
-              f"TF32 {args.tf32}")
-        pretrain_fps = timed_phase(cfg, "pretrain", Path(tmp) / "pretrain")
+              f"TF32 {args.tf32}, {args.frames} frames timed per phase after {args.warmup} of warm-up")
+        pretrain_fps = timed_phase(cfg, "pretrain", Path(tmp) / "pretrain", args.warmup)
         snapshot = sorted((Path(tmp) / "pretrain" / "snapshots").glob("*.pt"))[-1]
-        finetune_fps = timed_phase(cfg, "finetune", Path(tmp) / "finetune", pretrained=load_snapshot(snapshot))
+        finetune_fps = timed_phase(cfg, "finetune", Path(tmp) / "finetune", args.warmup,
+                                   pretrained=load_snapshot(snapshot))
         evaluation_fps = eval_fps(cfg, snapshot)
 
     every, episodes = PAPER_EVAL

@@ -209,6 +209,20 @@ def test_every_experiment_preset_composes_to_a_valid_sweep(name):
             assert config.pretrain_frames >= 40_000 and config.replay.capacity >= config.pretrain_frames
             if command == "finetune":  # the main job's fine-tuning comparison, from pixels
                 assert config.compare_without_pretraining and config.finetune_frames <= 20_000
+        elif name.startswith("pixels_downstream"):  # pre-training from pixels, then three 30k-frame arms
+            assert config.agent.batch_size == 32 and config.env.obs == "pixels"
+            assert config.training.update_every_steps == 1 and not config.agent.bf16_autocast
+            assert config.replay.capacity >= max(config.pretrain_frames, config.finetune_frames)
+            if command == "pretrain":
+                assert config.pretrain_frames == 40_000 and config.snapshots.with_replay
+            else:  # every arm: the same task, frames and evaluations
+                assert (config.task, config.finetune_frames, config.evaluation.every_frames,
+                        config.evaluation.episodes) == ("point_mass_maze_reach_top_left", 30_000, 5000, 5)
+                assert config.pretrain_frames == (0 if command == "train" else 40_000)
+                assert not config.compare_without_pretraining
+                paper = name.endswith("paper_finetune")
+                assert (config.replay.pretrain_data_share > 0) == (config.agent.actor_anchor_coef > 0) == (
+                    not paper) if command == "finetune" else config.agent.name == "drq"
         elif name.startswith("maze_far"):  # the main job's settings, longer: targets outside the start room
             assert config.agent.batch_size == 32 and config.env.obs == "states"
             assert config.pretrain_frames in (0, 100_000)

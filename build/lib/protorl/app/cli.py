@@ -1,0 +1,297 @@
+"""The Hydra commands: protorl-pretrain, protorl-finetune, protorl-train (the others: `protorl.app.tools`).
+
+    protorl-train                                   # the main job (preset=demo): the U-maze from states
+    protorl-train preset=paper task=walker_run      # the paper's 500k + 500k frames
+    protorl-pretrain task=walker_walk seed=3
+    protorl-finetune task=walker_run snapshot=runs/.../pretrain/snapshots/snapshot_500000.pt
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+import hydra
+from hydra.core.config_store import ConfigStore
+from hydra.experimental.callback import Callback
+from omegaconf import DictConfig, OmegaConf, open_dict
+from omegaconf.errors import OmegaConfBaseException
+
+from protorl.agents import BUILT_IN, registered_agents
+from protorl.app.exits import exit_for, exit_status, exit_with, one_line, print_error
+from protorl.app.plan import RunPlan, named_keys, plan_run, typed_config
+from protorl.config import RENAMED, Config, ConfigError, renamed_message
+
+log = logging.getLogger("protorl")
+_JOB_ERRORS_SHOWN = 5  # a sweep's refused jobs listed one per line, up to this many
+
+
+def register_configs() -> None:
+    """Give Hydra the schema the commands' configs build on (`protorl_schema`) and each agent's config class (its
+    YAML in conf/agent/ builds on it; an agent from another package has its class's defaults as its YAML)."""
+    store = ConfigStore.instance()
+    store.store(name="protorl_schema", node=Config)
+    for name, agent in registered_agents().items():
+        store.store(group="agent_schema", name=name, node=agent.config_class)
+        if name not in BUILT_IN:
+            store.store(group="agent", name=name, node=agent.config_class)
+
+
+def plan_command(settings: DictConfig, command: str, overrides: Sequence[str],
+                 on_this_machine: bool = True) -> RunPlan:
+    """The plan of `command` with the settings Hydra composed (without Hydra's node, `run_dir` set; a key the
+    schema does not know, e.g. added with `+`, is refused, not dropped); `overrides`: the command line's (a `task`
+    named there must be a task of the run)."""
+    try:
+        config = typed_config(settings)
+        return plan_run(config, command, named_keys(overrides), on_this_machine)
+    except (ValueError, OmegaConfBaseException) as error:  # a value OmegaConf could not take, or ours refused
+        if isinstance(error, ConfigError):
+            raise
+        raise ConfigError(one_line(error)) from None
+
+
+def proto_line(preset: str) -> str:
+    """What `agent=proto` runs under `preset`, and the names that say which whatever the preset: the working variant
+    where the preset has a file `agent_preset/proto_<preset>.yaml`, Proto-RL as published otherwise."""
+    from importlib.resources import files
+
+    if files("protorl.conf").joinpath("agent_preset", f"proto_{preset}.yaml").is_file():
+        return (f"agent=proto under preset={preset} runs Proto-RL's working variant, as agent=proto_variant does "
+                "under any preset (agent=proto_paper: Proto-RL as published)")
+    return (f"agent=proto under preset={preset} runs Proto-RL as published, as agent=proto_paper does under any "
+            "preset (agent=proto_variant: its working variant)")
+
+
+def _settings(config: DictConfig, run_dir: str) -> DictConfig:
+    """The run's settings of a config Hydra composed: without Hydra's node, in `run_dir`."""
+    keys = [key for key in config if key not in ("hydra", "run_dir")]
+    return OmegaConf.merge(OmegaConf.masked_copy(config, keys), {"run_dir": run_dir})
+
+
+class PlanBeforeRun(Callback):
+    """Hydra callback: plan the run before Hydra writes into its directory, so a typo or a mismatched rerun writes
+    nothing, and hand the plan to the command (`Command`); in a sweep, plan every job before the first starts, so a
+    bad value in one job stops the sweep before any job has run (each job checks the memory and time it needs when
+    it starts, on the machine it runs on)."""
+
+    def __init__(self) -> None:
+        self.plan: RunPlan | None = None
+
+    def on_multirun_start(self, config: DictConfig, **kwargs) -> None:
+        from hydra.core.global_hydra import GlobalHydra
+        from hydra.core.hydra_config import HydraConfig
+
+        jobs = _sweep_jobs(config)
+        if jobs is None:  # a sweeper that does not say how it splits its jobs: each is checked when it starts
+            return
+        loader, errors = GlobalHydra.instance().config_loader(), []
+        try:
+            for num, overrides in enumerate(jobs):
+                try:  # the memory and time a job needs are checked when it starts, on the machine it runs on
+                    job = loader.load_sweep_config(config, overrides)
+                    with open_dict(job):
+                        job.hydra.job.num, job.hydra.job.id = num, f"{job.hydra.job.name}_{num}"
+                    HydraConfig.instance().set_config(job)  # the job's choices name its directory
+                    run_dir = str(Path(job.hydra.sweep.dir) / job.hydra.sweep.subdir)
+                    plan_command(_settings(job, run_dir), job.hydra.job.name, overrides, on_this_machine=False)
+                except Exception as error:
+                    ending = exit_status(error)
+                    if ending is None:
+                        raise
+                    errors.append(f"job {num} ({' '.join(overrides)}): {ending[1]}")
+        except Exception as error:  # Hydra would turn it into a warning and run the sweep unchecked
+            exit_with(f"checking the sweep's jobs failed: {one_line(error)}", status=1)
+        finally:
+            HydraConfig.instance().set_config(config)
+        if errors:
+            shown = errors[:_JOB_ERRORS_SHOWN] + ([f"and {len(errors) - _JOB_ERRORS_SHOWN} more"]
+                                                 if len(errors) > _JOB_ERRORS_SHOWN else [])
+            exit_with(f"{len(errors)} of the sweep's {len(jobs)} jobs would stop, nothing has run:\n  "
+                      + "\n  ".join(shown))
+
+    def on_run_start(self, config: DictConfig, **kwargs) -> None:
+        try:  # Hydra would turn an error here into a warning and run unchecked: it ends the command here
+            self.plan = plan_command(_settings(config, config.hydra.run.dir), config.hydra.job.name,
+                                     config.hydra.overrides.task)
+        except Exception as error:
+            if exit_status(error) is None:  # a bug: one line, status 1, rather than Hydra's warning
+                exit_with(f"planning the run failed: {one_line(error)}", status=1)
+            exit_for(error)
+
+    def on_job_start(self, config: DictConfig, task_function, **kwargs) -> None:
+        if self.plan is not None and hasattr(task_function, "plan"):  # a `Command`: it runs the plan made here
+            task_function.plan, self.plan = self.plan, None
+
+
+class Command:
+    """What Hydra runs for one of the commands: the plan `PlanBeforeRun` made before Hydra wrote the run directory
+    (in a sweep's job, one it makes itself), then the summary and, after pre-training with analyses, what
+    protorl-analyze prints. An error ends the command (`protorl.app.exits`); in a sweep, a job that stops with an
+    error leaves its phases incomplete and lets the other jobs run (the sweep's index lists it and the sweep exits
+    non-zero); Ctrl-C stops the sweep."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self.plan: RunPlan | None = None  # handed over by `PlanBeforeRun`
+
+    def __call__(self, settings: DictConfig) -> None:
+        from hydra.core.hydra_config import HydraConfig
+        from hydra.types import RunMode
+
+        from protorl.app.commands import run_plan
+        from protorl.reports.analyze import analyze_run
+        from protorl.reports.report import plot_run, summary
+        from protorl.storage.run_files import PRETRAIN_DIR
+
+        plan, self.plan = self.plan, None
+        choices = HydraConfig.get().runtime.choices
+        if choices.get("agent") == "proto":  # the preset's choice: the run says which
+            log.info(proto_line(choices.get("preset")))
+        try:
+            plan = plan or plan_command(settings, self.name, HydraConfig.get().overrides.task)
+            run_dir = Path(plan.config.run_dir).resolve()
+            results = run_plan(plan)
+            plot = plot_run(results, run_dir / "curves.png")
+            print(summary(results, plot, plan.config.comparison_note), flush=True)
+            if (run_dir / PRETRAIN_DIR / "analysis.csv").is_file():  # what protorl-analyze RUN_DIR prints and plots
+                print(analyze_run(run_dir), flush=True)
+        except Exception as error:
+            ending = exit_status(error)
+            if ending is None or HydraConfig.get().mode != RunMode.MULTIRUN:
+                exit_for(error)
+            print_error(ending[1])
+            log.error("job %s stopped (exit status %s); the sweep goes on", HydraConfig.get().job.num, ending[0])
+        except KeyboardInterrupt as interrupt:
+            exit_for(interrupt)
+
+
+def _sweep_jobs(config: DictConfig) -> list[list[str]] | None:
+    """The overrides of each job of a multirun, as Hydra's configured sweeper splits them into jobs (the experiment's
+    `hydra.sweeper.params`, then the command line's): the sweeper is found among Hydra's sweeper plugins by the
+    config's `hydra.sweeper._target_`; None for one that does not say how it splits them (e.g. an optimiser's)."""
+    from hydra.core.global_hydra import GlobalHydra
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+    from hydra.core.plugins import Plugins
+    from hydra.plugins.sweeper import Sweeper
+
+    target = config.hydra.sweeper.get("_target_")
+    sweeper = next((cls for cls in Plugins.instance().discover(Sweeper)
+                    if f"{cls.__module__}.{cls.__qualname__}" == target), None)
+    split = getattr(sweeper, "split_arguments", None)  # Hydra's basic sweeper's
+    if split is None:
+        return None
+    params = [f"{key}={value}" for key, value in (config.hydra.sweeper.get("params") or {}).items()]
+    parser = OverridesParser.create(config_loader=GlobalHydra.instance().config_loader())
+    overrides = parser.parse_overrides(params + list(config.hydra.overrides.task))
+    return [list(job) for batch in split(overrides, None) for job in batch]
+
+
+def _hydra_entry(command: str) -> None:
+    """Run `command` under Hydra: `--help` prints `command_help`; every error ends as `protorl.app.exits` says
+    (Hydra's own about the command line, e.g. an unknown key or option, as one `protorl: error:` line, status 2)."""
+    if {"--help", "-h"} & set(sys.argv[1:]):
+        print(command_help(command))
+        return
+    renamed = _renamed_override(sys.argv[1:])
+    if renamed is not None:
+        exit_with(renamed_message(renamed))
+    for library in ("absl", "OpenGL"):  # what MuJoCo's and PyOpenGL's imports log at INFO is not the run's news
+        logging.getLogger(library).setLevel(logging.WARNING)
+    register_configs()
+    os.environ["HYDRA_FULL_ERROR"] = "1"  # Hydra raises instead of printing its multi-line report
+    main = hydra.main(version_base="1.3", config_path="../conf", config_name=command)(Command(command))
+    try:
+        main()
+    except (Exception, KeyboardInterrupt) as error:  # before or after the run itself, e.g. while Hydra composes
+        exit_for(error)
+
+
+def _renamed_override(arguments: Sequence[str]) -> str | None:
+    """The first key of the command line's overrides that the grouped config renamed (`env=TASK` is one; the
+    group's `env.obs=...` is not); None if there is none."""
+    for argument in arguments:
+        key = argument.partition("=")[0].lstrip("+~")
+        if "=" in argument and key in RENAMED:
+            return key
+    return None
+
+
+def pretrain() -> None:
+    """protorl-pretrain: task-agnostic pre-training; writes snapshots for `protorl-finetune`."""
+    _hydra_entry("pretrain")
+
+
+def finetune() -> None:
+    """protorl-finetune: downstream RL on a frozen pre-trained representation (needs snapshot=PATH)."""
+    _hydra_entry("finetune")
+
+
+def train() -> None:
+    """protorl-train: pre-training then fine-tuning on `task`, as in the paper's protocol."""
+    _hydra_entry("train")
+
+
+# what each Hydra command does and the keys a user sets first (`--help`)
+COMMAND_HELP = {
+    "train": ("pre-training, then fine-tuning from its last snapshot, in one run directory. With no arguments it "
+              "runs the main job (preset=demo): Proto-RL in the paper's U-maze from states, minutes on a 2-core "
+              "CPU, its fine-tuning beside the same fine-tuning without pre-training.",
+              [("seed=N", "another seed of the same run (default 1)"),
+               ("preset=NAME", "the run's scale: demo (the main job), small (cartpole from pixels, minutes on a "
+                               "CPU), paper (the paper's settings: days on a CPU, hours on a GPU)"),
+               ("task=TASK", "the task, with preset=small or preset=paper (protorl-tasks lists them); the main "
+                            "job's preset names its own")]),
+    "pretrain": ("task-agnostic pre-training: exploration without reward, writing snapshots for protorl-finetune. "
+                 "With no arguments it runs the paper's settings (preset=paper: 500k frames from pixels at batch "
+                 "512), which a CPU runs in days: it says so before starting.",
+                 [("preset=small", "minutes on a CPU (cartpole from pixels, 4k frames)"),
+                  ("task=TASK", "the task whose world it explores (protorl-tasks lists them)"),
+                  ("agent=NAME", "the method (the agents are below): proto_paper is Proto-RL as published and "
+                                 "proto_variant its working variant, under any preset; proto is the preset's choice "
+                                 "(published under paper, the variant under small and demo)")]),
+    "finetune": ("downstream RL on a task, from a pre-training snapshot whose encoder, projector and prototypes "
+                 "stay frozen. It needs snapshot=PATH: with no arguments it names the commands that write one.",
+                 [("snapshot=PATH", "the snapshot: <run directory>/pretrain/snapshots/snapshot_<frames>.pt"),
+                  ("task=TASK", "the task, of the snapshot's domain (protorl-tasks lists them)"),
+                  ("preset=NAME", "the same preset as the pre-training: small, demo or paper (the default)")]),
+}
+HELP_GROUPS = {  # config group -> what choosing it does; the schema's and the presets' own groups are internal
+    "preset": "the run's scale",
+    "agent": "the method",
+    "experiment": "a paper figure's or a study's sweep (with -m)",
+    "multitask": "one pre-training, several downstream tasks",
+}
+
+
+def command_help(command: str) -> str:
+    """`protorl-<command> --help`: what it does, the keys a user changes first, the config groups' options and
+    where every key is documented."""
+    import textwrap
+    from importlib.resources import files
+
+    what, keys = COMMAND_HELP[command]
+    name = f"protorl-{command}"
+    lines = [*textwrap.wrap(f"{name}: {what}", 100), "", f"usage: {name} [KEY=VALUE ...] [GROUP=OPTION ...] "
+             "[-m: a sweep over comma-separated values]", "", "the keys to change first:"]
+    width = max(len(key) for key, _ in keys)
+    for key, meaning in keys:
+        lines += textwrap.wrap(meaning, 100, initial_indent=f"  {key:<{width}}  ", subsequent_indent=" " * (width + 4))
+    lines += ["", "config groups (GROUP=OPTION):"]
+    conf = files("protorl.conf")
+    for group, meaning in HELP_GROUPS.items():
+        options = sorted({item.name.removesuffix(".yaml") for item in conf.joinpath(group).iterdir()
+                          if item.name.endswith(".yaml")} | (set(registered_agents()) if group == "agent" else set()))
+        lines += textwrap.wrap(", ".join(options), 100, initial_indent=f"  {group}: {meaning}: ",
+                               subsequent_indent="    ")
+    docs = Path(__file__).resolve().parents[2] / "docs" / "commands.md"
+    lines += ["", *textwrap.wrap(f"every key, its default and its unit: "
+                                 f"{docs if docs.is_file() else 'docs/commands.md'} (the documentation site's "
+                                 f"\"Commands and configuration\"); the config a command would run, with your "
+                                 f"overrides: {name} ... --cfg job; Hydra's own options: {name} --hydra-help", 100)]
+    return "\n".join(lines)
+
+

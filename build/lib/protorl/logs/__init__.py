@@ -1,0 +1,1 @@
+"""What a run writes as it goes: CSV and TensorBoard logs (`logger`) and optional Weights & Biases (`tracking`)."""

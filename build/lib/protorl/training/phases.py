@@ -1,0 +1,63 @@
+"""The phases a command runs, in order: decided once, by the run's plan, and handed to the Trainer."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from protorl.agents import agent_class, pretrains
+from protorl.config import Config, downstream_tasks
+from protorl.storage.run_files import PRETRAIN_DIR, downstream_dir_name, scratch_dir_name
+
+
+@dataclass(frozen=True)
+class PlannedPhase:
+    """One phase of a run: what it is, on which task, for how many frames, in which folder of the run directory."""
+
+    kind: str  # "pretrain"; "finetune": from the pre-trained snapshot; "scratch": without pre-training
+    task: str
+    dir_name: str  # in the run directory
+    frames: int  # env frames
+
+    @property
+    def phase(self) -> str:
+        """What the trainer and the phase's result call it: "pretrain" or "finetune" (with or without a snapshot)."""
+        return "pretrain" if self.kind == "pretrain" else "finetune"
+
+    @property
+    def agent_mode(self) -> str:
+        """The mode the phase's agent is made in (`protorl.agents.MODES`)."""
+        return {"pretrain": "pretrain", "finetune": "frozen", "scratch": "online"}[self.kind]
+
+
+def planned_phases(config: Config, command: str, snapshot_given: bool) -> list[PlannedPhase]:
+    """The phases `command` runs with `config`; `snapshot_given`: protorl-finetune's `snapshot` (or `pretrain_sweep`)
+    has been loaded. A fine-tuning starts from that snapshot or from the one its own pre-training writes."""
+    phases = []
+    if command == "pretrain" or (command == "train" and pretrains(config)):
+        phases.append(PlannedPhase("pretrain", config.pretrain_task or config.task, PRETRAIN_DIR,
+                                   config.pretrain_frames))
+    if command in ("finetune", "train"):
+        has_snapshot = snapshot_given or bool(phases)
+        kind = "finetune" if has_snapshot else "scratch"  # without a snapshot, the downstream agent learns it all
+        phases += [PlannedPhase(kind, task, downstream_dir_name(config, task), config.finetune_frames)
+                   for task in downstream_tasks(config)]
+        if has_snapshot and compares_without_pretraining(config):
+            phases += [PlannedPhase("scratch", task, scratch_dir_name(task), config.finetune_frames)
+                       for task in downstream_tasks(config)]
+    return phases
+
+
+def phase_of(config: Config, kind: str, task: str | None = None) -> PlannedPhase:
+    """A phase of `kind` ("pretrain", "finetune" or "scratch") on `task` with the frames of `config`, for a Trainer
+    built by hand (default task: the pre-training's, or the downstream `task`)."""
+    task = task or (config.pretrain_task or config.task if kind == "pretrain" else config.task)
+    frames = config.pretrain_frames if kind == "pretrain" else config.finetune_frames
+    dir_name = {"pretrain": PRETRAIN_DIR, "finetune": downstream_dir_name(config, task),
+                "scratch": scratch_dir_name(task)}[kind]
+    return PlannedPhase(kind, task, dir_name, frames)
+
+
+def compares_without_pretraining(config: Config) -> bool:
+    """Whether a fine-tuning from a snapshot is followed by the same fine-tuning without pre-training: asked for
+    (`compare_without_pretraining`) and possible (the agent has a mode without pre-training)."""
+    return config.compare_without_pretraining and agent_class(config.agent.name).supports("online")
