@@ -99,6 +99,52 @@ def on(batch: Batch, device: torch.device) -> Batch:
     return Batch(*(getattr(batch, field.name).to(device) for field in dataclasses.fields(Batch)))
 
 
+def reachable(root: object) -> tuple[dict[int, tuple[torch.Tensor, str]], list[torch.nn.Module]]:
+    """Every tensor reachable from an agent through protorl's and torch's objects, lists and dicts (id -> tensor,
+    path), and every module met on the way."""
+    seen, tensors, modules, stack = set(), {}, [], [(root, "agent")]
+    while stack:
+        obj, path = stack.pop()
+        if id(obj) in seen:
+            continue
+        seen.add(id(obj))
+        if isinstance(obj, torch.Tensor):
+            tensors[id(obj)] = (obj, path)
+            continue
+        if isinstance(obj, torch.nn.Module):
+            modules.append(obj)
+        if isinstance(obj, dict):
+            items = obj.items()
+        elif isinstance(obj, (list, tuple)):
+            items = enumerate(obj)
+        elif hasattr(obj, "__dict__") and type(obj).__module__.split(".")[0] in ("protorl", "torch"):
+            items = vars(obj).items()
+        else:
+            continue
+        stack.extend((value, f"{path}.{key}") for key, value in items)
+    return tensors, modules
+
+
+@pytest.mark.parametrize(("name", "mode", "obs"), [
+    ("proto", "pretrain", "states"), ("proto", "frozen", "states"), ("proto", "online", "states"),
+    ("proto", "pretrain", "pixels"), ("proto", "frozen", "pixels"), ("random", "pretrain", "states"),
+    ("icm", "pretrain", "states"), ("apt", "pretrain", "states"), ("drq", "online", "states")])
+def test_every_tensor_an_update_writes_is_a_modules_parameter_or_buffer(name, mode, obs):
+    """A CUDA graph may write in place only into a compiled graph's static inputs, which are modules' parameters
+    and buffers: any other tensor an update changes (Adam's moments, the queue, running statistics) would make
+    inductor skip CUDA graphs for the whole update (protorl.agents.inplace)."""
+    shape = {"states": {"obs_type": "states", "obs_shape": (4,)}, "pixels": {}}[obs]
+    agent = tiny_agent(name, mode, seed=0, **shape)
+    tensors, modules = reachable(agent)
+    before = {key: tensor.detach().clone() for key, (tensor, _) in tensors.items()}
+    updates(agent, batches(UPDATES) if obs == "states" else pixel_batches(UPDATES))
+    held = {id(tensor) for module in modules for tensor in [*module.parameters(), *module.buffers()]}
+    written = [path for key, (tensor, path) in tensors.items()
+               if before[key].shape != tensor.shape or not torch.equal(before[key], tensor.detach())]
+    assert written, "the update wrote nothing"
+    assert sorted(path for key, (_, path) in tensors.items() if key not in held and path in written) == []
+
+
 @pytest.mark.slow
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="CUDA graphs need a GPU")
 @pytest.mark.parametrize(("name", "mode", "obs"), [("proto", "pretrain", "states"), ("proto", "frozen", "states"),

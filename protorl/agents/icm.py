@@ -17,6 +17,7 @@ from torch import nn
 
 from protorl.agents.base import EncoderTrainedByCritic, Metrics, critic_through_encoder, reward_metrics
 from protorl.agents.diagnostics import PROJECTION_METRICS, projection_diagnostics
+from protorl.agents.inplace import InPlaceTensors
 from protorl.agents.networks import mlp, orthogonal_init
 from protorl.agents.optim import Adam, gradient_step
 from protorl.agents.sac import UpdateSteps
@@ -45,9 +46,20 @@ class RunningMeanStd:
     """
 
     def __init__(self, device: torch.device | str = "cpu"):
-        self.mean = torch.zeros(1, dtype=torch.float64, device=device)
-        self.var = torch.zeros(1, dtype=torch.float64, device=device)
-        self.count = torch.zeros(1, dtype=torch.float64, device=device)  # an integer, counted on the device
+        zero = lambda: torch.zeros(1, dtype=torch.float64, device=device)  # noqa: E731
+        self.tensors = InPlaceTensors(mean=zero(), var=zero(), count=zero())  # count: an integer, on the device
+
+    @property
+    def mean(self) -> torch.Tensor:
+        return self.tensors.mean
+
+    @property
+    def var(self) -> torch.Tensor:
+        return self.tensors.var
+
+    @property
+    def count(self) -> torch.Tensor:
+        return self.tensors.count
 
     def update(self, values: torch.Tensor) -> None:
         values = values.detach().double().flatten()

@@ -20,6 +20,10 @@ from torch import nn
 from torch.func import functional_call, grad_and_value
 from torch.optim.adam import adam
 
+from protorl.agents.inplace import InPlaceTensors
+
+STATE_KEYS = ("exp_avg", "exp_avg_sq", "step")  # Adam's state of each parameter, in `apply`'s order
+
 
 class ShapeOnlyAdam(torch.optim.Adam):
     """Adam on the meta device, where tensors have shapes and no values: a step creates Adam's state (the moments
@@ -74,9 +78,9 @@ class Adam:
         if not self.shapes_only:
             self._create_state()
             states = [self.optimizer.state[param] for param in self.params]
-            # Adam's moments and step counts in lists, so that a compiled update reads lists, not dicts
-            self._state = ([s["exp_avg"] for s in states], [s["exp_avg_sq"] for s in states],
-                           [s["step"] for s in states])
+            # the optimizer's own state tensors, which a compiled update reads from a module (protorl.agents.inplace)
+            self.state_tensors = InPlaceTensors(**{f"{key}{index}": state[key] for key in STATE_KEYS
+                                                   for index, state in enumerate(states)})
 
 
     @torch.no_grad()
@@ -113,7 +117,8 @@ class Adam:
         if self.shapes_only:
             self.optimizer.step()
             return
-        exp_avgs, exp_avg_sqs, steps = self._state
+        tensors, n = list(self.state_tensors.buffers()), len(self.params)
+        exp_avgs, exp_avg_sqs, steps = (tensors[i * n:(i + 1) * n] for i in range(len(STATE_KEYS)))
         group = self.optimizer.param_groups[0]  # its hyper-parameters as they are now (a change recompiles)
         kernel = dict(foreach=True, capturable=True, fused=None) if torch.compiler.is_compiling() else dict(
             foreach=group["foreach"], capturable=group["capturable"], fused=group["fused"])

@@ -17,6 +17,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from protorl.agents.inplace import InPlaceTensors
 from protorl.agents.knn import nearest_distances
 from protorl.agents.networks import orthogonal_init
 
@@ -75,9 +76,17 @@ class CandidateQueue:
     """
 
     def __init__(self, capacity: int, dim: int, device: torch.device | str = "cpu"):
-        self.items = torch.zeros(capacity, dim, device=device)
-        self.next_row = torch.zeros((), dtype=torch.long, device=device)  # next row to overwrite
+        self.tensors = InPlaceTensors(items=torch.zeros(capacity, dim, device=device),  # (capacity, D)
+                                      next_row=torch.zeros((), dtype=torch.long, device=device))  # next to overwrite
         self.size = 0  # rows filled so far
+
+    @property
+    def items(self) -> torch.Tensor:
+        return self.tensors.items
+
+    @property
+    def next_row(self) -> torch.Tensor:
+        return self.tensors.next_row
 
     @property
     def capacity(self) -> int:
