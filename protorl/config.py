@@ -219,9 +219,7 @@ class EvaluationConfig:
 
     def check(self) -> None:
         """Raise `ConfigError` naming the first invalid value."""
-        positive("evaluation", self, "every_frames", "video_size")
-        if self.episodes < 0:
-            raise invalid("evaluation.episodes", self.episodes, "an integer >= 0")
+        positive("evaluation", self, "every_frames", "episodes", "video_size")  # no episode: no score
 
 
 @dataclass

@@ -91,6 +91,7 @@ def test_defaults_are_valid():
         (make_config(analyses={"coverage_bins": 1}), "pretrain", "analyses.coverage_bins"),
         (make_config(checkpoints={"keep": 0}), "pretrain", "checkpoints.keep"),
         (make_config(evaluation={"episodes": -1}), "pretrain", "evaluation.episodes"),
+        (make_config(evaluation={"episodes": 0}), "finetune", "evaluation.episodes"),
         (make_config(logging={"every_episodes": 0}), "pretrain", "logging.every_episodes"),
         (make_config({"anti_collapse": "whiten"}), "pretrain", "agent.anti_collapse"),
         (make_config({"reward_space": "cosine"}), "pretrain", "agent.reward_space"),

@@ -331,6 +331,58 @@ def test_a_result_record_whose_digest_was_removed_is_not_taken_as_complete(strai
     assert_same_run(run_dir, straight)
 
 
+def test_a_result_record_of_another_run_is_moved_aside_and_the_phase_resumes_its_own(straight, other_runs, tmp_path):
+    """A complete run's result.json copied into a run killed after its checkpoint at 1000 frames (the other run's
+    learning rate differs): not taken as this run's completion but named, moved aside, and the phase resumes from
+    its own checkpoint to the straight run's end."""
+    run_dir = killed_after(straight, tmp_path, 1000)
+    record = run_dir / "pretrain" / "result.json"
+    shutil.copy(other_runs["lr"] / "pretrain" / "result.json", record)
+    result = run("pretrain", *RUN, run_dir=run_dir)
+    assert_ok(result)
+    output = result.stdout + result.stderr
+    assert "already complete" not in output
+    assert (f"{record} is not this run's (agent.lr=0.0003 (now 0.0001); pretrain_frames=3000 (now 4000)); moving "
+            "it aside (result.json.other-run)") in output
+    assert "resuming pretrain from" in output
+    assert unsealed_record(record.with_name("result.json.other-run").read_text())["settings"]["agent.lr"] == 0.0003
+    assert_same_run(run_dir, straight)
+
+
+def test_a_result_record_listing_a_snapshot_that_is_another_file_is_not_trusted(straight, other_runs, tmp_path):
+    """The settings match, but a snapshot the record lists was replaced: the record is moved aside."""
+    run_dir = Path(shutil.copytree(straight, tmp_path / "swapped"))
+    snapshots = run_dir / "pretrain" / "snapshots"
+    shutil.copy(other_runs["lr"] / "pretrain" / "snapshots" / "snapshot_3000.pt", snapshots / "snapshot_4000.pt")
+    result = run("pretrain", *RUN, run_dir=run_dir)
+    assert_ok(result)
+    assert f"the snapshot it lists, {snapshots / 'snapshot_4000.pt'}, is another file" in result.stdout + result.stderr
+    assert (run_dir / "pretrain" / "result.json.other-run").is_file()
+    assert_same_run(run_dir, straight)  # every checkpoint was kept: resumed from the last one, the snapshot rewritten
+
+
+@pytest.mark.parametrize("state", ["complete", "killed"])
+def test_an_edited_config_yaml_is_refused_quoting_what_the_run_recorded(straight, tmp_path, state):
+    """config.yaml edited after the run wrote its data (agent.lr 0.0001 -> 0.0003): a rerun with the edited value or
+    with the recorded one is refused in one line quoting the recorded value and where it was read (the result
+    record, or a checkpoint of a killed run); nothing is changed."""
+    run_dir = killed_after(straight, tmp_path, 2000) if state == "killed" else \
+        Path(shutil.copytree(straight, tmp_path / "complete"))
+    config = run_dir / "config.yaml"
+    config.write_text(config.read_text().replace("lr: 0.0001", "lr: 0.0003", 1))
+    assert OmegaConf.load(config).agent.lr == 0.0003
+    before = sorted((path.relative_to(run_dir), path.stat().st_mtime_ns) for path in run_dir.rglob("*"))
+    source = "result.json" if state == "complete" else "checkpoint_2000.pt"
+    for lr in ("0.0003", "0.0001"):
+        line = assert_user_error(run("pretrain", *RUN, f"agent.lr={lr}", run_dir=run_dir), "config.yaml was changed",
+                                 "agent.lr=0.0001 (config.yaml: 0.0003)", source)
+        assert "already complete" not in line
+    after = sorted((path.relative_to(run_dir), path.stat().st_mtime_ns) for path in run_dir.rglob("*")
+                   if path.name != ".lock" and ".hydra" not in path.parts and path.suffix != ".log")
+    assert after == [item for item in before if item[0].name != ".lock" and ".hydra" not in item[0].parts
+                     and item[0].suffix != ".log"]
+
+
 def test_a_digest_mismatch_names_both_digests_whole(straight, tmp_path):
     checkpoint = Path(shutil.copy(straight / "pretrain" / "checkpoints" / "checkpoint_1000.pt", tmp_path / "c.pt"))
     flip_bytes(checkpoint, 0, in_tensors=True)

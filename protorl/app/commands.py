@@ -27,7 +27,7 @@ from protorl.logs.tracking import finish_run, phase_tracker, start_run
 from protorl.storage.atomic import write_text_atomic
 from protorl.storage.checkpoints import drop_checkpoints
 from protorl.storage.run_files import CONFIG_FILE
-from protorl.storage.rundir import claim_run_dir, release_run_dir
+from protorl.storage.rundir import claim_run_dir, release_run_dir, run_settings
 from protorl.storage.snapshots import load_snapshot
 from protorl.training import PhaseResult, Trainer, prepare_process
 from protorl.training.phases import PlannedPhase, compares_without_pretraining
@@ -106,7 +106,7 @@ def run_phase(config: Config, phase: PlannedPhase, out_dir: Path, pretrained: di
     also go to `wandb_run` if given.
 
     `claim_run_dir` has made sure that what `out_dir` holds was made with these settings."""
-    done = PhaseResult.load(out_dir)
+    done = PhaseResult.load(out_dir, run_settings(config))
     if done is not None:
         log.info("%s already complete in %s", phase.phase, out_dir)
         if not config.checkpoints.keep_completed:  # a kill between result.json and the clean-up left them

@@ -88,6 +88,16 @@ def archive_digest(file: BinaryIO, path: Path, what: str) -> str | None:
     raise UnreadableFileError(f"{what} {path}: not a whole protorl {what} (cut short, or not a file protorl wrote)")
 
 
+def written_digest(path: Path) -> str | None:
+    """The digest an archive carries in its comment, read from its last bytes only (its content is not hashed);
+    None for a file without one. `OSError` if it cannot be read."""
+    with open(path, "rb") as file:
+        size = file.seek(0, os.SEEK_END)
+        file.seek(max(size - COMMENT_SIZE, 0))
+        comment = file.read()
+    return comment[len(DIGEST_MARK):].decode("ascii", errors="replace") if comment.startswith(DIGEST_MARK) else None
+
+
 def sealed_record(data: dict) -> str:
     """`data` as the JSON text of a result record of `RECORD_VERSION`, with the digest of its content under
     `RECORD_DIGEST_KEY`."""

@@ -19,6 +19,8 @@ from protorl.config import Config, grouped
 
 CONFIG_FILE = "config.yaml"
 RESULT_FILE = "result.json"
+SETTINGS_KEY = "settings"  # a checkpoint's and a result record's: the run's settings, dotted (rundir.run_settings)
+SNAPSHOT_DIGESTS_KEY = "snapshot_digests"  # a result record's: the digest of each snapshot it lists
 PRETRAIN_DIR = "pretrain"
 DOWNSTREAM_DIR = "finetune"
 SCRATCH_PREFIX = "scratch_"  # the task name a fine-tuning without pre-training is recorded under: scratch_<task>

@@ -19,18 +19,25 @@ import logging
 import os
 import shutil
 import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 
+import torch
 from omegaconf import OmegaConf
 
 from protorl.agents import agent_class
 from protorl.config import Config, downstream_tasks, rerun_free_keys
-from protorl.errors import ConfigError, first_line
+from protorl.errors import ConfigError, ProtorlError, first_line
+from protorl.storage.checkpoints import list_checkpoints, load_checkpoint
+from protorl.storage.digests import unsealed_record
 from protorl.storage.run_files import (
     CONFIG_FILE,
     DOWNSTREAM_DIR,
     PRETRAIN_DIR,
+    RESULT_FILE,
+    SETTINGS_KEY,
     downstream_dir_name,
+    phase_dirs,
     read_run_config,
     scratch_dir_name,
 )
@@ -194,12 +201,59 @@ def _check_contract(run_dir: Path, config: Config, delete: bool = True) -> None:
     if not has_config:
         raise RunDirError(f"run directory {run_dir} holds run data but no {CONFIG_FILE} to check it against: "
                           "choose another hydra.run.dir")
-    differences = config_differences(saved_config(run_dir), config)
+    saved = saved_config(run_dir)
+    _check_config_file(run_dir, saved)
+    differences = config_differences(saved, config)
     if differences:
         shown = "; ".join(differences[:6]) + (f"; and {len(differences) - 6} more" if len(differences) > 6 else "")
         raise RunDirError(f"run directory {run_dir} holds a run with other settings: {shown}. Rerun it with its "
                           f"own settings ({run_dir / CONFIG_FILE}), choose another hydra.run.dir, or add "
                           "start_over=true to delete its data")
+
+
+def _check_config_file(run_dir: Path, saved: Config) -> None:
+    """`RunDirError` quoting the recorded values if `config.yaml` no longer says what the run recorded when it wrote
+    its data (an edited file): the settings of a run are not taken from an editable file alone. The records are its
+    result records, checkpoints and snapshots, read until one agrees; a file that disagrees while another agrees
+    is another run's, and the phase that reads it sets it aside."""
+    wanted, first = run_settings(saved), None
+    for settings, source in recorded_settings(run_dir):
+        differences = result_changing_differences(settings, wanted)
+        if not differences:
+            return
+        first = first or (settings, source, differences)
+    if first is not None:
+        settings, source, differences = first
+        shown = "; ".join(f"{key}={settings.get(key)!r} (config.yaml: {wanted.get(key)!r})"
+                          for key in differences[:4]) + (f"; and {len(differences) - 4} more"
+                                                          if len(differences) > 4 else "")
+        raise RunDirError(f"run directory {run_dir}: its {CONFIG_FILE} was changed after the run recorded its "
+                          f"settings in {source}: {shown}. Put the recorded values back into {CONFIG_FILE}, or "
+                          "choose another hydra.run.dir")
+
+
+def recorded_settings(run_dir: Path) -> Iterator[tuple[dict[str, object], Path]]:
+    """The settings the run recorded with its data, and the file each was read from, cheapest first: its result
+    records, its checkpoints and its snapshots (newest first). Files that cannot be read are passed over."""
+    phases = phase_dirs(run_dir)
+    for phase in phases:
+        with contextlib.suppress(OSError, ValueError):
+            settings = unsealed_record((phase / RESULT_FILE).read_text()).get(SETTINGS_KEY)
+            if isinstance(settings, dict):
+                yield settings, phase / RESULT_FILE
+    for phase in phases:
+        for path in reversed(list_checkpoints(phase / "checkpoints")):
+            with contextlib.suppress(ProtorlError, OSError):
+                settings = load_checkpoint(path).get(SETTINGS_KEY)
+                if isinstance(settings, dict):
+                    yield settings, path
+    for phase in phases:
+        for path in sorted((phase / "snapshots").glob("snapshot_*.pt"), key=lambda p: p.stat().st_mtime,
+                           reverse=True):
+            with contextlib.suppress(Exception):  # any file: only compared, never trusted
+                config = torch.load(path, weights_only=True, mmap=True).get("config")
+                if isinstance(config, dict):
+                    yield _flatten(config), path
 
 
 def _run_paths(run_dir: Path, saved: Config) -> list[Path]:

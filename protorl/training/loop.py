@@ -137,7 +137,7 @@ class Trainer:
         self.logger.close()
         self.result.frames = self.frames
         self.result.wall_time_s = self.context.elapsed()
-        self.result.save()
+        self.result.save(run_settings(self.config))
         if not self.config.checkpoints.keep_completed:
             drop_checkpoints(self.checkpoint_dir)
         if stop.requested:  # Ctrl-C after the last episode end: the phase is complete, the run stops here
