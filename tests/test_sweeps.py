@@ -228,9 +228,14 @@ def test_every_experiment_preset_composes_to_a_valid_sweep(name):
             assert config.pretrain_frames in (0, 100_000)
             if command != "pretrain":
                 assert config.finetune_frames == 20_000
-        elif name.startswith("walker_urlb"):  # URLB's walker protocol from states at the main job's settings
+        elif "_urlb" in name:  # URLB's protocol from states at the main job's settings: walker, quadruped, Jaco
             assert config.agent.batch_size == 32 and config.env.obs == "states" and config.finetune_frames == 100_000
-            walker_tasks = ["walker_stand", "walker_walk", "walker_run", "walker_flip_forward"]
+            walker_tasks = {"walker": ["walker_stand", "walker_walk", "walker_run", "walker_flip_forward"],
+                            "quadruped": ["quadruped_stand", "quadruped_walk", "quadruped_run", "quadruped_jump"],
+                            "reach_duplo": [f"reach_duplo_{corner}" for corner in
+                                            ("top_left", "top_right", "bottom_left", "bottom_right")],
+                            }[name.split("_urlb")[0]]
+            assert config.pretrain_task.startswith(name.split("_urlb")[0])
             if name.endswith("_online"):  # no pre-training, one job per task
                 assert config.pretrain_frames == 0 and set(config.finetune_tasks) <= set(walker_tasks)
                 assert sorted(params["finetune_tasks"].split(",")) == sorted(f"[{task}]" for task in walker_tasks)
