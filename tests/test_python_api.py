@@ -7,6 +7,7 @@ import gc
 import threading
 import time
 import weakref
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -15,6 +16,7 @@ from omegaconf import OmegaConf
 
 import protorl
 from protorl.agents.proto.agent import ProtoConfig
+from protorl.app.plan import configured
 from protorl.config import Config, ConfigError, TrainingConfig
 from protorl.envs import DMCEnv
 from protorl.errors import SnapshotError
@@ -142,6 +144,17 @@ def test_a_value_of_the_wrong_type_is_one_clear_error_before_anything_is_written
         protorl.pretrain(run_dir=str(tmp_path / "run"), **fields)
     assert str(error.value).startswith(f"invalid config value {message}") and "\n" not in str(error.value)
     assert not (tmp_path / "run").exists()
+
+
+def test_paths_and_numpy_numbers_are_taken_as_the_values_they_stand_for(tmp_path):
+    """`PhaseResult.snapshots` holds paths and seeds are often NumPy integers: both are taken from Python, as their
+    string and integer, in groups and lists too."""
+    config = configured(None, {"run_dir": tmp_path / "run", "seed": np.int64(3), "snapshot": Path("s.pt"),
+                               "snapshots": {"at_frames": [np.int32(1000), 2000]},
+                               "evaluation": {"every_frames": np.uint16(500)}, "pretrain_frames": 2000})
+    assert (config.run_dir, config.seed, config.snapshot) == (str(tmp_path / "run"), 3, "s.pt")
+    assert config.snapshots.at_frames == [1000, 2000] and type(config.snapshots.at_frames[0]) is int
+    assert type(config.seed) is int and type(config.evaluation.every_frames) is int
 
 
 @pytest.mark.slow

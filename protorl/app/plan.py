@@ -19,6 +19,8 @@ the estimates; `protorl.app.commands.run_plan` runs it.
 from __future__ import annotations
 
 import dataclasses
+import numbers
+import os
 import typing
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass
@@ -138,7 +140,7 @@ def configured(config: Config | None, fields: dict) -> Config:
     unknown = sorted(set(fields) - {f.name for f in dataclasses.fields(Config)})
     if unknown:
         raise ConfigError(unknown_key_message(unknown))
-    config = dataclasses.replace(config, **{key: _group(config, key, value) for key, value in fields.items()})
+    config = dataclasses.replace(config, **{key: _group(config, key, _plain(value)) for key, value in fields.items()})
     for key, value, expected in type_errors(config):
         raise invalid(key, value, expected)
     if config.run_dir is MISSING:
@@ -160,7 +162,21 @@ def _group(config: Config, key: str, value):
     unknown = sorted(set(value) - {f.name for f in dataclasses.fields(group)})
     if unknown:
         raise ConfigError(unknown_key_message([f"{key}.{name}" for name in unknown]))
-    return dataclasses.replace(group, **value)
+    return dataclasses.replace(group, **{name: _plain(item) for name, item in value.items()})
+
+
+def _plain(value):
+    """A value as the config holds it: a path (`pathlib.Path`) as its string, a NumPy or other integer or real
+    number as Python's, a list or tuple item by item; anything else as it is."""
+    if isinstance(value, os.PathLike):
+        return os.fspath(value)
+    if isinstance(value, numbers.Integral) and not isinstance(value, int):
+        return int(value)
+    if isinstance(value, numbers.Real) and not isinstance(value, (int, float)):
+        return float(value)
+    if isinstance(value, (list, tuple)):
+        return type(value)(_plain(item) for item in value)
+    return value
 
 
 def _unknown_keys(node: DictConfig, schema: type, prefix: str = "") -> list[str]:
