@@ -64,6 +64,8 @@ def test_wrong_shapes_and_files_are_refused(tmp_path, replay):
         protorl.load_pretrained(not_a_snapshot)
     with pytest.raises(SnapshotError, match="no such file"):
         protorl.load_pretrained(tmp_path / "missing.pt")
+    with pytest.raises(SnapshotError, match="/dev/zero: not a regular file"):  # there, but endless: never read
+        protorl.load_pretrained("/dev/zero")
 
 
 @pytest.fixture

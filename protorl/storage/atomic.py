@@ -142,8 +142,10 @@ def safe_load(path: str | Path, what: str, error: type[ProtorlError], sealed_fro
     path = Path(path)
     if path.is_dir():
         raise error(f"{what} {path}: a directory, not a file")
-    if not path.is_file():
+    if not path.exists():
         raise error(f"{what} {path}: no such file")
+    if not path.is_file():  # a device, a pipe, a socket: nothing protorl wrote, and possibly without end
+        raise error(f"{what} {path}: not a regular file")
     try:
         with open(path, "rb") as file:
             digest = archive_digest(file, path, what)
