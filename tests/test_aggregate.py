@@ -179,6 +179,23 @@ def test_missing_seed_and_incomplete_runs_are_named(tmp_path):
     assert (int(rows["proto"]["n_seeds"]), float(rows["proto"]["mean"])) == (2, 150.0)  # seed 3 excluded
 
 
+def test_a_result_that_fails_its_digest_and_a_row_cut_short_are_not_taken(tmp_path):
+    """A result.json changed after it was written is named as such, not as a run still going; a last eval.csv row
+    cut short by a killed write is not an evaluation."""
+    for seed in (1, 2):
+        make_run(tmp_path / f"proto_{seed}", seed=seed, curves=final_curve(100.0 * seed))
+    record = tmp_path / "proto_2" / "finetune" / "result.json"
+    record.write_text(json.dumps({**json.loads(record.read_text()), "record_version": 2, "sha256": "0" * 64}))
+    with open(tmp_path / "proto_1" / "finetune" / "eval.csv", "a") as f:
+        f.write("3000,1500,9")  # no newline: the write stopped here
+    run_aggregate([tmp_path / "proto_1", tmp_path / "proto_2"], tmp_path / "out")
+    summary = (tmp_path / "out" / "summary.txt").read_text()
+    assert ("proto  walker_run  seed 2: its result.json does not match its digest (changed after it was written), "
+            "last evaluation at 2000 frames") in summary
+    rows = {row["method"]: row for row in read_rows(tmp_path / "out" / "scores.csv")}
+    assert (int(rows["proto"]["n_seeds"]), float(rows["proto"]["mean"])) == (1, 100.0)  # the cut row not read
+
+
 def test_group_by_separates_methods_by_intrinsic_reward_coefficient(tmp_path):
     for alpha, scores in ((0.1, (100.0, 300.0)), (0.5, (700.0, 900.0))):
         for seed, score in enumerate(scores):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import csv
+import io
 from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf
@@ -16,11 +17,16 @@ from protorl.storage.run_files import RESULT_FILE
 def read_csv(path: Path) -> tuple[list[str], Rows]:
     """The columns of a run's CSV and its rows that have frames, their non-empty values as floats.
 
-    A missing file, or one whose header never reached the disk, has no columns and no rows; a header without a
-    frames column or a value that is not a number is a ResultsError naming the file."""
+    A missing file, or one whose header never reached the disk, has no columns and no rows; a last row cut short
+    (every row protorl writes ends with a newline) is not a row; a header without a frames column or a value that
+    is not a number is a ResultsError naming the file."""
     if not path.is_file():
         return [], []
     with open(path, newline="") as f:
+        text = f.read()
+    if not text.endswith("\n"):  # a write cut short: its last line is not whole
+        text = text[:text.rfind("\n") + 1]
+    with io.StringIO(text, newline="") as f:
         reader = csv.DictReader(f)
         columns = reader.fieldnames or []
         if columns and "frames" not in columns:

@@ -40,6 +40,7 @@ from protorl.storage.rundir import result_changing_differences
 DMC_MAX_RETURN = 1000.0
 WITHOUT_PRETRAINING = "without pre-training"  # the method label's suffix for `finetune_scratch_<task>` runs
 COMPLETE, RUNNING, NOT_EVALUATED = "complete", "running or stopped", "no evaluation yet"
+UNVERIFIED = "its result.json does not match its digest (changed after it was written)"  # not taken as complete
 ENDED_SHORT = "ended before the frames asked for"  # a finished phase that stopped short of `Metric.at`
 
 
@@ -129,7 +130,7 @@ def up_to(record: Record, frames: int) -> Record:
     if keep.any() and (record.frames >= frames).any():
         status = COMPLETE
     else:
-        status = NOT_EVALUATED if not keep.any() else ENDED_SHORT if record.status == COMPLETE else RUNNING
+        status = NOT_EVALUATED if not keep.any() else ENDED_SHORT if record.status == COMPLETE else record.status
     return replace(record, frames=record.frames[keep], values=record.values[keep], status=status)
 
 
@@ -213,7 +214,8 @@ def read_records(run_dir: Path, group_by: list[str], metric: Metric = RETURN) ->
     for phase, task in phases(run_dir, config, metric):
         frames, values = read_curve(inside(phase / metric.csv_name, run_dir), metric.column)
         inside(phase / RESULT_FILE, run_dir)
-        status = NOT_EVALUATED if not len(frames) else COMPLETE if read_result(phase) is not None else RUNNING
+        status = (NOT_EVALUATED if not len(frames) else COMPLETE if read_result(phase) is not None else
+                  UNVERIFIED if (phase / RESULT_FILE).is_file() else RUNNING)
         scratch = phase.name == scratch_dir_name(task)
         label = f"{method} {WITHOUT_PRETRAINING}" if scratch else method
         title = method_title(config, scratch, metric.downstream) if group_by == ["agent.name"] else label
@@ -300,7 +302,7 @@ def not_complete(records: list[Record]) -> list[str]:
         record = by_key.get(key)
         if record is None:
             lines.append(f"{key[0]}  {key[1]}  seed {key[2]}: never ran")
-        elif record.status in (RUNNING, ENDED_SHORT):
+        elif record.status in (RUNNING, ENDED_SHORT, UNVERIFIED):
             lines.append(f"{key[0]}  {key[1]}  seed {key[2]}: {record.status}, last evaluation at "
                          f"{record.frames[-1]:.0f} frames ({record.path})")
         elif record.status == NOT_EVALUATED:
