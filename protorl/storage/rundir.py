@@ -45,6 +45,7 @@ from protorl.storage.run_files import (
 log = logging.getLogger("protorl")
 
 LOCK_FILE = ".lock"
+ELSEWHERE = "another run directory (hydra.run.dir=, or run_dir= in Python)"  # what a refusal advises choosing
 # names of run data: a directory holding one of these is not taken for a new run (Hydra's .hydra/ and log are not)
 RUN_DATA = (CONFIG_FILE, "curves.png", "analysis", PRETRAIN_DIR, "wandb_id.txt", "wandb")
 RUN_DATA_PREFIXES = (DOWNSTREAM_DIR,)  # finetune/ and finetune_<task>/
@@ -117,7 +118,7 @@ def _check_not_busy(run_dir: Path) -> None:
     except BlockingIOError:
         holder = os.pread(fd, 64, 0).decode(errors="replace").strip() or "?"
         raise RunDirError(f"run directory {run_dir} is in use by process {holder} (its lock {lock}); wait for "
-                          "it to end, or choose another hydra.run.dir") from None
+                          f"it to end, or choose {ELSEWHERE}") from None
     except OSError:
         pass  # a file system without locks: claim_run_dir warns
     finally:
@@ -185,7 +186,7 @@ def _check_contract(run_dir: Path, config: Config, delete: bool = True) -> None:
     if config.start_over:
         if not has_config:
             raise RunDirError(f"run directory {run_dir} holds run data but no {CONFIG_FILE}: start_over deletes only "
-                              "a run it can identify; remove the files yourself or choose another hydra.run.dir")
+                              f"a run it can identify; remove the files yourself or choose {ELSEWHERE}")
         if not delete:
             return
         for path in _run_paths(run_dir, saved_config(run_dir)):
@@ -197,17 +198,17 @@ def _check_contract(run_dir: Path, config: Config, delete: bool = True) -> None:
         return
     if not config.resume:
         raise RunDirError(f"run directory {run_dir} already holds a run and resume=false: add start_over=true to "
-                          "delete its data and start again, or choose another hydra.run.dir")
+                          f"delete its data and start again, or choose {ELSEWHERE}")
     if not has_config:
         raise RunDirError(f"run directory {run_dir} holds run data but no {CONFIG_FILE} to check it against: "
-                          "choose another hydra.run.dir")
+                          f"choose {ELSEWHERE}")
     saved = saved_config(run_dir)
     _check_config_file(run_dir, saved)
     differences = config_differences(saved, config)
     if differences:
         shown = "; ".join(differences[:6]) + (f"; and {len(differences) - 6} more" if len(differences) > 6 else "")
         raise RunDirError(f"run directory {run_dir} holds a run with other settings: {shown}. Rerun it with its "
-                          f"own settings ({run_dir / CONFIG_FILE}), choose another hydra.run.dir, or add "
+                          f"own settings ({run_dir / CONFIG_FILE}), choose {ELSEWHERE}, or add "
                           "start_over=true to delete its data")
 
 
@@ -229,7 +230,7 @@ def _check_config_file(run_dir: Path, saved: Config) -> None:
                                                           if len(differences) > 4 else "")
         raise RunDirError(f"run directory {run_dir}: its {CONFIG_FILE} was changed after the run recorded its "
                           f"settings in {source}: {shown}. Put the recorded values back into {CONFIG_FILE}, or "
-                          "choose another hydra.run.dir")
+                          f"choose {ELSEWHERE}")
 
 
 def recorded_settings(run_dir: Path) -> Iterator[tuple[dict[str, object], Path]]:
@@ -277,7 +278,7 @@ def _lock(run_dir: Path) -> int:
         holder = os.pread(fd, 64, 0).decode(errors="replace").strip() or "?"
         os.close(fd)
         raise RunDirError(f"run directory {run_dir} is in use by process {holder} (its lock {path}); wait for it "
-                          "to end, or choose another hydra.run.dir") from None
+                          f"to end, or choose {ELSEWHERE}") from None
     except OSError as error:
         if error.errno not in (errno.ENOLCK, errno.EOPNOTSUPP, errno.ENOSYS):
             os.close(fd)
