@@ -31,6 +31,22 @@ def test_gymnasium_checker_passes_a_suite_task_and_a_paper_task(task, obs):
 
 
 @pytest.mark.slow
+def test_pixels_of_an_environment_whose_renderer_is_not_installed_are_one_line(tmp_path):
+    """Pendulum renders with pygame: where pygame is missing, task=gym:Pendulum-v1 env.obs=pixels is a user error
+    (exit status 2) naming the package, and nothing is written."""
+    try:
+        import pygame  # noqa: F401
+        pytest.skip("pygame is installed: the environment renders")
+    except ImportError:
+        pass
+    from tests.runs import assert_user_error, run
+
+    result = run("train", "task=gym:Pendulum-v1", "env.obs=pixels", "preset=small", run_dir=tmp_path / "run")
+    assert_user_error(result, "task=gym:Pendulum-v1 env.obs=pixels", "pygame is not installed")
+    assert not (tmp_path / "run").exists()
+
+
+@pytest.mark.slow
 def test_same_frames_stack_action_repeat_and_time_limit_as_protorls_env():
     """Same seed, same actions: the Gymnasium environment returns protorl's observations and rewards, and its
     episode ends truncated where protorl's ends (1000 frames: 125 steps of 8)."""

@@ -17,6 +17,7 @@ from protorl.envs.actions import to_action_range
 from protorl.envs.frame_stack import FrameStack
 from protorl.envs.names import gymnasium_id
 from protorl.envs.time_step import TimeStep
+from protorl.errors import ConfigError
 
 NO_PHYSICAL_STATE = np.zeros(0)
 
@@ -114,7 +115,7 @@ class GymnasiumEnv(FrameStack):
 
     def render(self, size: int) -> np.ndarray:
         """An RGB (size, size, 3) image, for videos."""
-        return _resized(self._env.render(), size)
+        return _resized(self._rendered(), size)
 
     def close(self) -> None:
         self._env.close()
@@ -122,8 +123,15 @@ class GymnasiumEnv(FrameStack):
     def _frame(self, observation: np.ndarray) -> np.ndarray:
         """Pixels: a render now, (3, H, W) uint8; states: the observation flattened to float32."""
         if self.obs_type == "pixels":
-            return np.ascontiguousarray(_resized(self._env.render(), self.image_size).transpose(2, 0, 1))
+            return np.ascontiguousarray(_resized(self._rendered(), self.image_size).transpose(2, 0, 1))
         return np.asarray(observation, dtype=np.float32).ravel()
+
+    def _rendered(self) -> np.ndarray:
+        """The environment's render; a package it renders with that is not installed is one line (`ConfigError`)."""
+        try:
+            return self._env.render()
+        except _gymnasium().error.DependencyNotInstalled as error:
+            raise ConfigError(f"task={self.task} env.obs=pixels: {error}") from None
 
 
 
