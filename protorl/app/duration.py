@@ -118,9 +118,10 @@ def check_duration(config: Config, phases: Sequence[PlannedPhase],
         return None
     if config.runtime.max_hours is not None and estimate.seconds > config.runtime.max_hours * HOUR_S:
         raise ConfigError(f"this run would take {estimate.describe()}, more than runtime.max_hours="
-                          f"{config.runtime.max_hours:g}: for a run that ends in minutes run protorl-train (the main "
-                          "job) or add preset=small; on a GPU the paper's settings take hours; to start this run "
-                          "anyway, add runtime.max_hours=null")
+                          f"{config.runtime.max_hours:g}: fewer frames (pretrain_frames, finetune_frames) or a "
+                          "smaller preset shorten it (protorl-train alone, the main job, and preset=small run in "
+                          "minutes on a CPU; on a GPU the paper's settings take hours); to start this run anyway, "
+                          "add runtime.max_hours=null")
     if made_here:
         log.info("estimated wall time: %s", estimate.describe())
     return estimate
