@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import copy
 import os
+import subprocess
+from pathlib import Path
 
 os.environ.setdefault("MUJOCO_GL", "egl")
 
@@ -110,3 +112,21 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
         if item.get_closest_marker("research") is not None:
             item.add_marker(pytest.mark.slow)
+
+
+@pytest.fixture
+def mount():
+    """mount(path, options): a tmpfs at `path` (root only; skips elsewhere), unmounted at the end."""
+    mounted = []
+
+    def make(path: Path, options: str) -> Path:
+        path.mkdir(parents=True, exist_ok=True)
+        if os.geteuid() != 0 or subprocess.run(["mount", "-t", "tmpfs", "-o", options, "tmpfs", str(path)],
+                                               capture_output=True).returncode != 0:
+            pytest.skip("needs to mount a tmpfs (root)")
+        mounted.append(path)
+        return path
+
+    yield make
+    for path in reversed(mounted):  # lazily: a file a failed test left open would keep it mounted
+        subprocess.run(["umount", "--lazy", str(path)], check=False)

@@ -143,6 +143,28 @@ def test_a_second_ctrl_c_during_the_checkpoint_write_stops_once_it_is_whole(tmp_
     assert load_checkpoint(Path(found[2]))["agent_steps"] * 8 == int(found[1])  # whole: its digest checked
 
 
+def test_ctrl_c_during_a_snapshot_write_stops_at_that_frame(tmp_path):
+    """Ctrl-C while the snapshot at frame 1000 is being written (a snapshot holding a large replay buffer makes the
+    write last), just after the checkpoint of the same episode end: the snapshot is completed and the run stops
+    there, at frame 1000, rather than running one more episode; the same command resumes from that checkpoint."""
+    run_dir = tmp_path / "in_snapshot"
+    command = [*RUN, "env.obs=states", "pretrain_frames=3000", "checkpoints.every_frames=1000",
+               "snapshots.at_frames=[1000]", "snapshots.with_replay=true", "replay.capacity=4000000"]
+    process = start("pretrain", *command, run_dir=run_dir, output=True)
+    snapshots = run_dir / "pretrain" / "snapshots"
+    deadline = time.monotonic() + 150
+    while not list(snapshots.glob("*.pt.tmp")) and process.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.001)
+    assert list(snapshots.glob("*.pt.tmp")), "the snapshot's write was not seen: nothing to interrupt"
+    process.send_signal(signal.SIGINT)
+    line = interrupted_line(process)
+    assert "interrupted at frame 1000 of 3000; the last checkpoint is at frame 1000" in line, line
+    assert load_snapshot(snapshots / "snapshot_1000.pt")["frames"] == 1000  # whole: its digest checked
+    result = run("pretrain", *command, run_dir=run_dir)
+    assert_ok(result)
+    assert "(frame 1000)" in result.stdout + result.stderr
+
+
 def test_completed_run_is_not_repeated(uninterrupted):
     """A rerun of a complete phase trains nothing: every file of the run is as it was (result.json holds the
     phase's wall time, so a repeated phase would rewrite it)."""

@@ -318,24 +318,6 @@ def test_a_write_that_fails_midway_is_one_line(tmp_path):
     assert not list(run_dir.rglob("*.tmp"))
 
 
-@pytest.fixture
-def mount():
-    """mount(path, options): a tmpfs at `path` (root only; skips elsewhere), unmounted at the end."""
-    mounted = []
-
-    def make(path: Path, options: str) -> Path:
-        path.mkdir(parents=True, exist_ok=True)
-        if os.geteuid() != 0 or subprocess.run(["mount", "-t", "tmpfs", "-o", options, "tmpfs", str(path)],
-                                               capture_output=True).returncode != 0:
-            pytest.skip("needs to mount a tmpfs (root)")
-        mounted.append(path)
-        return path
-
-    yield make
-    for path in reversed(mounted):
-        subprocess.run(["umount", str(path)], check=False)
-
-
 def test_a_read_only_checkpoint_directory_is_one_line(straight, tmp_path, mount):
     run_dir = copy_of(straight, tmp_path)
     mount(run_dir / "finetune" / "checkpoints", "ro,size=64m")

@@ -1,13 +1,17 @@
 """How a command ends for its user, decided here for every error: one `protorl: error:` line and exit status 2 for
 what the user can fix (a setting, a file, Hydra's own complaint about the command line), 3 for a training that
-diverged, one line and 130 for Ctrl-C; anything else is a bug and keeps its traceback."""
+diverged, one line and 130 for Ctrl-C, one line and 1 for a sweep whose job's process was killed; anything else is a
+bug and keeps its traceback."""
 
 from __future__ import annotations
 
+import io
+import os
 import re
 import signal
 import sys
 import threading
+from concurrent.futures.process import BrokenProcessPool
 from typing import NoReturn
 
 from hydra.errors import HydraException, MissingConfigException, OverrideParseException
@@ -17,6 +21,7 @@ from protorl.config import RENAMED, renamed_message, unknown_key_message
 from protorl.errors import ProtorlError, TrainingDiverged, did_you_mean
 
 INTERRUPTED_STATUS = 130  # 128 + SIGINT, as shells report a command stopped by Ctrl-C
+SWEEP_JOB_STOPPED_STATUS = 1
 USER_ERROR_STATUS = 2
 DIVERGED_STATUS = 3
 
@@ -35,7 +40,30 @@ def exit_status(error: BaseException) -> tuple[int, str] | None:
     if isinstance(error, HydraException | OmegaConfBaseException):
         return USER_ERROR_STATUS, hydra_message(error)
     if isinstance(error, OSError):  # after Hydra's: its missing config is one too
-        return USER_ERROR_STATUS, f"I/O error on {error.filename or 'a file of the run'}: {error.strerror or error}"
+        return USER_ERROR_STATUS, f"I/O error on {file_of(error) or 'a file of the run'}: {error.strerror or error}"
+    if isinstance(error, BrokenProcessPool):  # a sweep's launcher lost a process running its jobs
+        cause = next((line for line in str(error).splitlines() if "exit codes" in line), one_line(error))
+        return SWEEP_JOB_STOPPED_STATUS, (f"a process running the sweep's jobs ended abruptly ({cause}): killed, or "
+                                          "short of memory; rerun the same command to resume the sweep: completed "
+                                          "jobs are skipped, the others resume from their checkpoints")
+    return None
+
+
+def file_of(error: OSError) -> str | None:
+    """The file `error` is about: its own `filename`, else the name of a file open in the innermost frame of its
+    traceback that holds one (a write that fails when a file is flushed or closed, as Hydra's and TensorBoard's
+    do on a full disk, names no file)."""
+    if error.filename:
+        return os.fsdecode(error.filename)  # a path given as bytes (TensorBoard's) as text
+    frames, trace = [], error.__traceback__
+    while trace is not None:
+        frames.append(trace.tb_frame)
+        trace = trace.tb_next
+    for frame in reversed(frames):
+        names = [value.name for value in frame.f_locals.values()
+                 if isinstance(value, io.IOBase) and isinstance(getattr(value, "name", None), str)]
+        if names:
+            return names[0]
     return None
 
 

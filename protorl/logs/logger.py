@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import math
 import os
+import threading
 from collections import defaultdict
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 import numpy as np
@@ -18,6 +20,34 @@ EPISODE_COLUMNS = ["frames", "agent_steps", "episode", "episode_reward", "episod
                    "total_time_s", "episode_success"]
 EVAL_COLUMNS = ["frames", "agent_steps", "episode_reward", "episode_reward_std", "episodes", "total_time_s",
                 "success_rate"]
+
+
+@contextlib.contextmanager
+def naming(path: Path) -> Iterator[None]:
+    """An `OSError` raised inside that names no file (a write that fails when a file is flushed, e.g. on a full
+    disk) is raised again naming `path`."""
+    try:
+        yield
+    except OSError as error:
+        if error.filename:
+            raise
+        raise OSError(error.errno, error.strerror or str(error), str(path)) from error
+
+
+def _quiet_tensorboard_thread() -> None:
+    """TensorBoard's writer thread raises a failed write (a full disk, a read-only directory) in the thread, which
+    prints its traceback, and again in the run, which reports it in one line: keep the thread's traceback off
+    stderr. Every other thread's error goes to the hook there was."""
+    previous = threading.excepthook
+    if getattr(previous, "quiets_tensorboard", False):
+        return
+
+    def hook(args: threading.ExceptHookArgs) -> None:
+        if not (issubclass(args.exc_type, OSError) and type(args.thread).__module__.startswith("tensorboard.")):
+            previous(args)
+
+    hook.quiets_tensorboard = True
+    threading.excepthook = hook
 
 
 class CSVFile:
@@ -37,27 +67,32 @@ class CSVFile:
 
     def truncate(self, size: int) -> None:
         """Cut the file back to `size` bytes; a file already shorter (its tail lost in a crash) is kept as is."""
-        size = min(size, os.fstat(self._file.fileno()).st_size)
-        self._file.truncate(size)
-        self._file.seek(size)
+        with naming(self.path):
+            size = min(size, os.fstat(self._file.fileno()).st_size)
+            self._file.truncate(size)
+            self._file.seek(size)
 
     def sync(self) -> None:
         """Flush to the disk: what a checkpoint records as written is on the disk before the checkpoint."""
-        self._file.flush()
-        os.fsync(self._file.fileno())
+        with naming(self.path):
+            self._file.flush()
+            os.fsync(self._file.fileno())
 
     def reset(self) -> None:
         """Drop every row: the header alone remains."""
         self.truncate(0)
-        self._writer.writeheader()
-        self._file.flush()
+        with naming(self.path):
+            self._writer.writeheader()
+            self._file.flush()
 
     def write(self, row: dict) -> None:
-        self._writer.writerow(row)
-        self._file.flush()
+        with naming(self.path):
+            self._writer.writerow(row)
+            self._file.flush()
 
     def close(self) -> None:
-        self._file.close()
+        with naming(self.path):
+            self._file.close()
 
 
 class Logger:
@@ -87,17 +122,24 @@ class Logger:
         if self._tb is None and self._tb_dir is not None:
             from torch.utils.tensorboard import SummaryWriter
 
-            self._tb = SummaryWriter(log_dir=str(self._tb_dir))
+            _quiet_tensorboard_thread()
+            with naming(self._tb_dir):
+                self._tb = SummaryWriter(log_dir=str(self._tb_dir))
         return self._tb
 
     def _events_files(self) -> list[Path]:
         return sorted(self._tb_dir.glob("events.out.tfevents.*")) if self._tb_dir and self._tb_dir.is_dir() else []
 
+    def _events_file(self) -> Path:
+        """The events file being written (each resume opens a new one, named after its start), or its directory."""
+        return (self._events_files() or [self._tb_dir])[-1]
+
     def state_dict(self, frames: int) -> dict:
         """Where the files stand and the metrics not yet written, at `frames`."""
         self.flush()
         if self._tb is not None:
-            self._tb.flush()
+            with naming(self._events_file()):
+                self._tb.flush()
         for path in self._events_files():
             with open(path, "rb") as f:
                 os.fsync(f.fileno())
@@ -186,8 +228,9 @@ class Logger:
     def log_image(self, tag: str, image: np.ndarray, frames: int) -> None:
         """TensorBoard (and W&B) only: an RGB (H, W, 3) uint8 image at `frames`."""
         if self._writer is not None:
-            self._writer.add_image(tag, image, global_step=frames, dataformats="HWC")
-            self._writer.flush()
+            with naming(self._events_file()):
+                self._writer.add_image(tag, image, global_step=frames, dataformats="HWC")
+                self._writer.flush()
         if self._tracker is not None:
             self._tracker.log_image(tag, image, frames)
 
@@ -196,9 +239,10 @@ class Logger:
         scalars = {f"{prefix}/{key}" if prefix else key: value for key, value in row.items()
                    if key != "frames" and isinstance(value, (int, float)) and math.isfinite(value)}
         if self._writer is not None:
-            for tag, value in scalars.items():
-                self._writer.add_scalar(tag, value, global_step=row["frames"])
-            self._writer.flush()
+            with naming(self._events_file()):
+                for tag, value in scalars.items():
+                    self._writer.add_scalar(tag, value, global_step=row["frames"])
+                self._writer.flush()
         if self._tracker is not None:
             self._tracker.log(scalars, row["frames"])
 
@@ -206,4 +250,5 @@ class Logger:
         self.train_csv.close()
         self.eval_csv.close()
         if self._tb is not None:
-            self._tb.close()
+            with naming(self._events_file()):
+                self._tb.close()

@@ -150,6 +150,9 @@ class Trainer:
         time_step = self._begin_episode()
         while self.agent_steps < self.total_steps:
             self._notify("before_step", self.frames)
+            if stop.requested and self._newest_checkpoint_frames() == self.frames:
+                raise RunInterrupted(self._interrupted())  # Ctrl-C in an evaluation or a snapshot's write, just
+                # after the checkpoint of the episode end that they follow: that checkpoint resumes them exactly
             seeding = self.agent_steps < self.config.training.seed_transitions
             action = self._act(time_step, seeding)
             stepping = self.env_thread.step(action)  # the update never reads this transition: may overlap
