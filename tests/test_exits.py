@@ -5,11 +5,12 @@ from __future__ import annotations
 
 import subprocess
 import sys
+from concurrent.futures.process import BrokenProcessPool
 
 import pytest
 from omegaconf.errors import ValidationError
 
-from protorl.app.exits import DIVERGED_STATUS, USER_ERROR_STATUS, exit_status
+from protorl.app.exits import DIVERGED_STATUS, SWEEP_JOB_STOPPED_STATUS, USER_ERROR_STATUS, exit_status, file_of
 from protorl.errors import CheckpointError, ConfigError, TrainingDiverged
 from tests.runs import environment
 
@@ -22,6 +23,12 @@ from tests.runs import environment
      "I/O error on /runs/x/config.yaml: Permission denied"),
     (ValidationError("Value 'x' could not be converted to Integer\n    full_key: seed"), USER_ERROR_STATUS,
      "Value 'x' could not be converted to Integer"),
+    (OSError(30, "Read-only file system", b"/runs/x/tb/events.out.tfevents.1"), USER_ERROR_STATUS,
+     "I/O error on /runs/x/tb/events.out.tfevents.1: Read-only file system"),  # a path TensorBoard gave as bytes
+    (BrokenProcessPool("A worker process was terminated.\nThe exit codes of the workers are {SIGKILL(-9)}"),
+     SWEEP_JOB_STOPPED_STATUS, "a process running the sweep's jobs ended abruptly (The exit codes of the workers "
+     "are {SIGKILL(-9)}): killed, or short of memory; rerun the same command to resume the sweep: completed jobs "
+     "are skipped, the others resume from their checkpoints"),
 ])
 def test_each_error_a_user_can_fix_ends_with_its_status_and_one_line(error, status, line):
     assert exit_status(error) == (status, line)
@@ -57,3 +64,17 @@ def test_a_config_group_without_the_option_asked_for_is_named_with_its_options()
     error = MissingConfigException("Could not find 'preset/smal'", "preset/smal", ["demo", "paper", "small"])
     assert exit_status(error) == (USER_ERROR_STATUS, "preset=smal: no such preset (did you mean small?); the "
                                                      "presets are demo, paper, small")
+
+
+def test_an_os_error_without_a_file_names_the_file_open_where_it_was_raised(tmp_path):
+    """A write that fails when its file is closed (Hydra's and TensorBoard's, on a full disk) names no file: the
+    line names the file open in the innermost frame that holds one."""
+    def save(path):
+        with open(path, "w") as file:  # noqa: F841 - the frame's open file is what names the error
+            raise OSError(28, "No space left on device")
+
+    with pytest.raises(OSError) as raised:
+        save(tmp_path / "multirun.yaml")
+    assert file_of(raised.value) == str(tmp_path / "multirun.yaml")
+    assert exit_status(raised.value) == (USER_ERROR_STATUS,
+                                         f"I/O error on {tmp_path / 'multirun.yaml'}: No space left on device")

@@ -465,7 +465,7 @@ def test_a_write_the_disk_refuses_part_way_is_one_error_naming_the_file_and_the_
 
 
 CTRL_C_DURING_A_WRITE = """
-import os, signal, sys, threading, time
+import os, signal, sys, time
 from pathlib import Path
 import torch
 from protorl.storage.atomic import atomic_save, safe_load
@@ -473,13 +473,15 @@ from protorl.storage.atomic import atomic_save, safe_load
 path = Path(sys.argv[1])
 atomic_save({"old": torch.ones(3)}, path)
 tmp = path.with_suffix(".pt.tmp")
-def press():  # Ctrl-C once the write has begun
-    while not (tmp.exists() and tmp.stat().st_size > 0):
-        time.sleep(0.001)
+save = torch.save
+def save_pressing_ctrl_c(payload, file):  # Ctrl-C once the write into the temporary file has begun
+    assert tmp.exists()
     os.kill(os.getpid(), signal.SIGINT)
-threading.Thread(target=press, daemon=True).start()
+    time.sleep(0.1)  # the signal is handled here, inside the write
+    save(payload, file)
+torch.save = save_pressing_ctrl_c
 try:
-    atomic_save({"new": torch.zeros(2**27)}, path)  # 512 MiB: a write of a second or more
+    atomic_save({"new": torch.zeros(2**24)}, path)
 except KeyboardInterrupt:
     payload, digest = safe_load(path, "file", RuntimeError, ("format", 1))
     print("interrupted after the write:", sorted(payload), digest is not None, tmp.exists())

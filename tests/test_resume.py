@@ -120,6 +120,14 @@ def test_a_second_ctrl_c_stops_at_once(tmp_path):
                      r"starts this phase again", line), line
 
 
+def wait_for_a_write(process, directory: Path) -> None:
+    """Until the running `process` is writing a file into `directory` (its temporary `*.pt.tmp` is there)."""
+    deadline = time.monotonic() + 150
+    while not list(directory.glob("*.pt.tmp")) and process.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.001)
+    assert list(directory.glob("*.pt.tmp")), f"no write into {directory} was seen: nothing to interrupt"
+
+
 def test_a_second_ctrl_c_during_the_checkpoint_write_stops_once_it_is_whole(tmp_path):
     """Ctrl-C, then Ctrl-C again while the checkpoint the first one asked for is being written (a large replay
     buffer makes the write last): the write completes, the run stops in one line, exit status 130, naming that
@@ -131,10 +139,7 @@ def test_a_second_ctrl_c_during_the_checkpoint_write_stops_once_it_is_whole(tmp_
     wait_for_rows(process, run_dir / "pretrain" / "train.csv", 1)
     process.send_signal(signal.SIGINT)
     checkpoints = run_dir / "pretrain" / "checkpoints"
-    deadline = time.monotonic() + 150
-    while not list(checkpoints.glob("*.pt.tmp")) and process.poll() is None and time.monotonic() < deadline:
-        time.sleep(0.001)
-    assert list(checkpoints.glob("*.pt.tmp")), "the checkpoint's write was not seen: nothing to interrupt"
+    wait_for_a_write(process, checkpoints)
     process.send_signal(signal.SIGINT)
     line = interrupted_line(process)
     found = re.search(r"the last checkpoint is at frame (\d+) \((.+)\); rerun the same command", line)
@@ -152,10 +157,7 @@ def test_ctrl_c_during_a_snapshot_write_stops_at_that_frame(tmp_path):
                "snapshots.at_frames=[1000]", "snapshots.with_replay=true", "replay.capacity=4000000"]
     process = start("pretrain", *command, run_dir=run_dir, output=True)
     snapshots = run_dir / "pretrain" / "snapshots"
-    deadline = time.monotonic() + 150
-    while not list(snapshots.glob("*.pt.tmp")) and process.poll() is None and time.monotonic() < deadline:
-        time.sleep(0.001)
-    assert list(snapshots.glob("*.pt.tmp")), "the snapshot's write was not seen: nothing to interrupt"
+    wait_for_a_write(process, snapshots)
     process.send_signal(signal.SIGINT)
     line = interrupted_line(process)
     assert "interrupted at frame 1000 of 3000; the last checkpoint is at frame 1000" in line, line

@@ -8,6 +8,7 @@
 
 from __future__ import annotations
 
+import itertools
 import logging
 import os
 import sys
@@ -169,25 +170,32 @@ class Command:
             exit_for(interrupt)
 
 
+BASIC_SWEEPER = "hydra._internal.core_plugins.basic_sweeper.BasicSweeper"  # Hydra's default, as its config names it
+
+
 def _sweep_jobs(config: DictConfig) -> list[list[str]] | None:
-    """The overrides of each job of a multirun, as Hydra's configured sweeper splits them into jobs (the experiment's
-    `hydra.sweeper.params`, then the command line's): the sweeper is found among Hydra's sweeper plugins by the
-    config's `hydra.sweeper._target_`; None for one that does not say how it splits them (e.g. an optimiser's)."""
+    """The overrides of each job of a multirun under Hydra's basic sweeper (the default), in the order it launches
+    them: every combination of the values of its overrides (the experiment's `hydra.sweeper.params`, then the
+    command line's; a key given twice keeps its place and takes the last value). None under another sweeper (an
+    optimiser's, say) or for a sweep over an interval, which the basic sweeper refuses itself: each job is then
+    checked when it starts."""
     from hydra.core.global_hydra import GlobalHydra
     from hydra.core.override_parser.overrides_parser import OverridesParser
-    from hydra.core.plugins import Plugins
-    from hydra.plugins.sweeper import Sweeper
 
-    target = config.hydra.sweeper.get("_target_")
-    sweeper = next((cls for cls in Plugins.instance().discover(Sweeper)
-                    if f"{cls.__module__}.{cls.__qualname__}" == target), None)
-    split = getattr(sweeper, "split_arguments", None)  # Hydra's basic sweeper's
-    if split is None:
+    if config.hydra.sweeper.get("_target_") != BASIC_SWEEPER:
         return None
     params = [f"{key}={value}" for key, value in (config.hydra.sweeper.get("params") or {}).items()]
     parser = OverridesParser.create(config_loader=GlobalHydra.instance().config_loader())
-    overrides = parser.parse_overrides(params + list(config.hydra.overrides.task))
-    return [list(job) for batch in split(overrides, None) for job in batch]
+    values: dict[str, list[str]] = {}
+    for override in parser.parse_overrides(params + list(config.hydra.overrides.task)):
+        key = override.get_key_element()
+        if not override.is_sweep_override():
+            values[key] = [f"{key}={override.get_value_element_as_str()}"]
+        elif override.is_discrete_sweep():
+            values[key] = [f"{key}={value}" for value in override.sweep_string_iterator()]
+        else:
+            return None
+    return [list(job) for job in itertools.product(*values.values())]
 
 
 def _hydra_entry(command: str) -> None:
