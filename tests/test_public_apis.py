@@ -77,6 +77,8 @@ def test_the_package_uses_no_private_api_of_its_libraries(path):
     ["experiment=maze_pixels_pretrain", "seed=4,5", "agent=apt,proto"],
     ["seed=1,2,3", "agent.batch_size=8,16", "pretrain_frames=1000"],
     ["seed=range(1,4)", "seed=7,8"],
+    ["seed=1,2", "+extra=1,2", "~pretrain_frames", "agent.lr=0.1", "agent.batch_size=8,16", "agent.lr=0.2,0.3"],
+    ["task='a,b'", "snapshots.at_frames=[1,2]", "seed=choice(3,4)"],
 ])
 def test_a_multiruns_jobs_are_expanded_as_hydras_basic_sweeper_expands_them(overrides):
     GlobalHydra.instance().clear()
@@ -95,7 +97,7 @@ def test_a_multiruns_jobs_are_expanded_as_hydras_basic_sweeper_expands_them(over
     GlobalHydra.instance().clear()
 
 
-def test_a_sweeper_that_does_not_say_how_it_splits_its_jobs_leaves_them_to_be_checked_as_they_start():
+def test_a_sweeper_other_than_hydras_basic_one_leaves_its_jobs_to_be_checked_as_they_start():
     GlobalHydra.instance().clear()
     register_configs()
     with initialize_config_module("protorl.conf", version_base="1.3"):
@@ -103,6 +105,6 @@ def test_a_sweeper_that_does_not_say_how_it_splits_its_jobs_leaves_them_to_be_ch
         OmegaConf.set_readonly(config, False)
         config.hydra.overrides.task = ["seed=1,2"]
         assert len(_sweep_jobs(config)) == 2
-        config.hydra.sweeper._target_ = "hydra_plugins.hydra_optuna_sweeper.optuna_sweeper.OptunaSweeper"
+        config.hydra.runtime.choices["hydra/sweeper"] = "optuna"
         assert _sweep_jobs(config) is None
     GlobalHydra.instance().clear()

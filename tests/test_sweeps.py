@@ -244,27 +244,3 @@ def test_every_experiment_preset_composes_to_a_valid_sweep(name):
         else:
             assert config.agent.batch_size == 512 and config.finetune_frames == 500_000
 
-
-@pytest.mark.parametrize(("params", "command_line"), [
-    ({}, ["task=point_mass_easy", "seed=1,2", "agent.lr=0.0001,-1"]),
-    ({"task": "cartpole_balance,walker_walk", "agent": "proto,icm", "seed": "1,2"}, ["pretrain_frames=-5"]),
-    ({"seed": "1,2,3"}, ["seed=4,5", "+extra=1,2", "~dropped", "x=range(0,3)", "a=1", "b=2,3", "a=4,5"]),
-    ({}, ["a='x,y'", "b=[1,2]", "c=choice(3,4)"]),
-])
-def test_the_jobs_a_sweep_checks_are_the_jobs_hydras_basic_sweeper_launches(params, command_line):
-    """Each job's overrides, checked before the first job starts, are those Hydra's basic sweeper splits the same
-    sweep into, in its order (compared with the sweeper's own splitting)."""
-    from hydra import initialize_config_module
-    from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
-    from hydra.core.global_hydra import GlobalHydra
-    from hydra.core.override_parser.overrides_parser import OverridesParser
-
-    from protorl.app.cli import BASIC_SWEEPER, _sweep_jobs
-
-    config = OmegaConf.create({"hydra": {"sweeper": {"_target_": BASIC_SWEEPER, "params": params},
-                                         "overrides": {"task": command_line}}})
-    with initialize_config_module("protorl.conf", version_base="1.3"):
-        parser = OverridesParser.create(config_loader=GlobalHydra.instance().config_loader())
-        overrides = parser.parse_overrides([f"{key}={value}" for key, value in params.items()] + command_line)
-        launched = [job for batch in BasicSweeper.split_arguments(overrides, None) for job in batch]
-        assert _sweep_jobs(config) == launched and len(launched) > 1

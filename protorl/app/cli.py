@@ -170,9 +170,6 @@ class Command:
             exit_for(interrupt)
 
 
-BASIC_SWEEPER = "hydra._internal.core_plugins.basic_sweeper.BasicSweeper"  # Hydra's default, as its config names it
-
-
 def _sweep_jobs(config: DictConfig) -> list[list[str]] | None:
     """The overrides of each job of a multirun under Hydra's basic sweeper (the default), in the order it launches
     them: every combination of the values of its overrides (the experiment's `hydra.sweeper.params`, then the
@@ -182,7 +179,7 @@ def _sweep_jobs(config: DictConfig) -> list[list[str]] | None:
     from hydra.core.global_hydra import GlobalHydra
     from hydra.core.override_parser.overrides_parser import OverridesParser
 
-    if config.hydra.sweeper.get("_target_") != BASIC_SWEEPER:
+    if config.hydra.runtime.choices.get("hydra/sweeper") != "basic":
         return None
     params = [f"{key}={value}" for key, value in (config.hydra.sweeper.get("params") or {}).items()]
     parser = OverridesParser.create(config_loader=GlobalHydra.instance().config_loader())
