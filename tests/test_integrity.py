@@ -12,6 +12,7 @@ import json
 import re
 import resource
 import shutil
+import signal
 import struct
 import subprocess
 import sys
@@ -492,6 +493,8 @@ def test_ctrl_c_during_a_write_takes_effect_once_the_file_is_whole(tmp_path):
     """Ctrl-C (a real SIGINT) while a file is being written: torch's writer is not interrupted mid-record (which can
     abort the process); the interrupt is raised once the file is whole, and the file is the new one."""
     result = subprocess.run([sys.executable, "-c", CTRL_C_DURING_A_WRITE, str(tmp_path / "f.pt")],
-                            capture_output=True, text=True, timeout=300, env=environment())
+                            capture_output=True, text=True, timeout=300, env=environment(),
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))  # as in a terminal,
+    # also where a shell started the tests in the background (which ignores SIGINT for them and their children)
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip() == "interrupted after the write: ['new'] True False", result.stdout + result.stderr
