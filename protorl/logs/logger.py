@@ -114,6 +114,7 @@ class Logger:
         self._counts: dict[str, int] = defaultdict(int)
         self._pending: list[dict[str, torch.Tensor | float]] = []  # update metrics not yet read back
         self._tb = None  # opened at the first scalar or image: its events file starts where the run does
+        self._tb_file: Path | None = None  # the events file it writes, named in a failed write's error
         self._tb_dir = log_dir / "tb" if tensorboard else None
         self._tracker = tracker
 
@@ -125,20 +126,17 @@ class Logger:
             _quiet_tensorboard_thread()
             with naming(self._tb_dir):
                 self._tb = SummaryWriter(log_dir=str(self._tb_dir))
+            self._tb_file = (self._events_files() or [self._tb_dir])[-1]  # its own, newest: named after its start
         return self._tb
 
     def _events_files(self) -> list[Path]:
         return sorted(self._tb_dir.glob("events.out.tfevents.*")) if self._tb_dir and self._tb_dir.is_dir() else []
 
-    def _events_file(self) -> Path:
-        """The events file being written (each resume opens a new one, named after its start), or its directory."""
-        return (self._events_files() or [self._tb_dir])[-1]
-
     def state_dict(self, frames: int) -> dict:
         """Where the files stand and the metrics not yet written, at `frames`."""
         self.flush()
         if self._tb is not None:
-            with naming(self._events_file()):
+            with naming(self._tb_file):
                 self._tb.flush()
         for path in self._events_files():
             with open(path, "rb") as f:
@@ -228,7 +226,7 @@ class Logger:
     def log_image(self, tag: str, image: np.ndarray, frames: int) -> None:
         """TensorBoard (and W&B) only: an RGB (H, W, 3) uint8 image at `frames`."""
         if self._writer is not None:
-            with naming(self._events_file()):
+            with naming(self._tb_file):
                 self._writer.add_image(tag, image, global_step=frames, dataformats="HWC")
                 self._writer.flush()
         if self._tracker is not None:
@@ -239,7 +237,7 @@ class Logger:
         scalars = {f"{prefix}/{key}" if prefix else key: value for key, value in row.items()
                    if key != "frames" and isinstance(value, (int, float)) and math.isfinite(value)}
         if self._writer is not None:
-            with naming(self._events_file()):
+            with naming(self._tb_file):
                 for tag, value in scalars.items():
                     self._writer.add_scalar(tag, value, global_step=row["frames"])
                 self._writer.flush()
@@ -250,5 +248,5 @@ class Logger:
         self.train_csv.close()
         self.eval_csv.close()
         if self._tb is not None:
-            with naming(self._events_file()):
+            with naming(self._tb_file):
                 self._tb.close()
