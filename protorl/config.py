@@ -18,7 +18,7 @@ from protorl.errors import ConfigError
 __all__ = ["EVAL_SEED_OFFSET", "GROUPS", "MAX_SEED", "RENAMED", "AgentConfig", "AnalysesConfig", "CheckpointsConfig",
            "Config", "ConfigError", "EnvConfig", "EvaluationConfig", "LoggingConfig", "ReplayConfig", "RuntimeConfig",
            "SnapshotsConfig", "TrainingConfig", "architecture", "architecture_keys", "downstream_tasks", "free",
-           "grouped", "in_unit_interval", "invalid", "period", "positive", "renamed_message", "rerun_free_keys",
+           "grouped", "in_unit_interval", "invalid", "positive", "renamed_message", "rerun_free_keys",
            "unknown_key_message"]
 
 
@@ -26,12 +26,6 @@ def architecture(default):
     """An agent setting that fixes the shapes or kind of its snapshot's networks: fine-tuning refuses a snapshot
     pre-trained with another value (`architecture_keys`)."""
     return field(default=default, metadata={"architecture": True})
-
-
-def period(default: int):
-    """An agent's update period: its part of the update runs every `default` updates (the memory estimate runs an
-    update at which every period falls due)."""
-    return field(default=default, metadata={"period": True})
 
 
 def free(default):
@@ -57,8 +51,8 @@ class AgentConfig:
     init_temperature: float = 0.1  # SAC's entropy temperature at the start
     log_std_min: float = -10.0
     log_std_max: float = 2.0
-    actor_update_every: int = period(2)  # the table says 2, the text of C.4 says 1: we follow the table
-    critic_target_update_every: int = period(2)
+    actor_update_every: int = 2  # the table says 2, the text of C.4 says 1: we follow the table
+    critic_target_update_every: int = 2
     critic_target_tau: float = 0.01  # EMA rate of the critic's target
     augment_pad: int = 4  # random shift of +-4 pixels; 0 disables augmentation
     state_hidden_dim: int = architecture(256)  # the encoder used when env.obs == "states" (replaces the conv encoder)
@@ -151,6 +145,12 @@ class TrainingConfig:
         if self.seed_transitions < 0:
             raise invalid("training.seed_transitions", self.seed_transitions, "an integer >= 0")
         positive("training", self, "update_every_steps", "updates_per_step")
+
+    def updates_at(self, agent_step: int) -> int:
+        """The agent updates at agent step `agent_step` of a phase (from 0): none while seeding nor before the
+        replay holds a transition, `updates_per_step` every `update_every_steps` steps after."""
+        due = agent_step >= max(self.seed_transitions, 1) and agent_step % self.update_every_steps == 0
+        return self.updates_per_step if due else 0
 
 
 @dataclass
@@ -285,7 +285,7 @@ class RuntimeConfig:
     # CUDA: float32 matrix products in TensorFloat-32 (a 10-bit mantissa; tensor cores), a departure from float32
     # arithmetic, labelled and off by default (docs/benchmarks/index.md); no effect on a CPU
     tf32: bool = False
-    # refuse a run whose wall time, estimated on this machine before it starts (protorl/app/duration.py), exceeds
+    # refuse a run whose wall time, estimated on this machine before it starts (protorl/app/preflight.py), exceeds
     # this many hours; null: no limit
     max_hours: float | None = free(24.0)
 

@@ -12,7 +12,9 @@ import zipfile
 
 import pytest
 import torch
+from torch import nn
 
+from protorl.agents.optim import ShapeOnlyAdam, make_adam
 from protorl.storage.snapshots import FORMAT_VERSION, SnapshotError, load_snapshot, save_snapshot
 from tests.agents import update
 
@@ -235,3 +237,21 @@ def test_a_file_that_is_not_a_snapshot_is_named_for_what_it_is(tmp_path):
     with pytest.raises(SnapshotError, match=re.escape(f"snapshot {text}: not a whole protorl snapshot (cut short, "
                                                       "or not a file protorl wrote)")):
         load_snapshot(text)
+
+
+def test_adam_on_the_meta_device_creates_the_state_adam_creates():
+    """A snapshot is checked against its agent built on the meta device (shapes without values), Adam included."""
+    real = nn.Sequential(nn.Linear(3, 4), nn.Linear(4, 2))
+    with torch.device("meta"):
+        shapes_only = nn.Sequential(nn.Linear(3, 4), nn.Linear(4, 2))
+    for net in (real, shapes_only):
+        net(torch.zeros(5, 3, device=next(net.parameters()).device)).sum().backward()
+    adam, meta_adam = make_adam(real.parameters(), 1e-3), make_adam(shapes_only.parameters(), 1e-3)
+    assert isinstance(meta_adam, ShapeOnlyAdam) and not isinstance(adam, ShapeOnlyAdam)
+    adam.step()
+    meta_adam.step()
+    for param, meta_param in zip(real.parameters(), shapes_only.parameters(), strict=True):
+        state, meta_state = adam.state[param], meta_adam.state[meta_param]
+        assert state.keys() == meta_state.keys()
+        for key in state:
+            assert (state[key].shape, state[key].dtype) == (meta_state[key].shape, meta_state[key].dtype), key

@@ -76,7 +76,7 @@ class RunningMeanStd:
         return self.var.sqrt()
 
     def state_dict(self) -> dict:
-        count = 0 if self.count.is_meta else int(self.count)  # the meta device (a memory estimate) holds no values
+        count = 0 if self.count.is_meta else int(self.count)  # the meta device (a snapshot's check) holds no values
         return {"mean": self.mean.reshape(()).clone(), "var": self.var.reshape(()).clone(), "count": count}
 
     def load_state_dict(self, state: dict) -> None:

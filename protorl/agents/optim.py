@@ -42,7 +42,7 @@ def make_adam(params: Iterable[torch.nn.Parameter], lr: float) -> torch.optim.Ad
     """`torch.optim.Adam(fused=True)`; PyTorch's default Adam where the device or dtype has no fused kernel;
     `ShapeOnlyAdam` for parameters on the meta device."""
     params = list(params)
-    if any(param.is_meta for param in params):  # a memory estimate (protorl.app.resources): shapes, no values
+    if any(param.is_meta for param in params):  # a snapshot's check (protorl.storage.snapshots): shapes, no values
         return ShapeOnlyAdam(params, lr=lr)
     try:
         return torch.optim.Adam(params, lr=lr, fused=True)
@@ -74,7 +74,7 @@ class Adam:
         self.names = [name for name, _ in self.root.named_parameters()]
         self.params = [param for _, param in self.root.named_parameters()]
         self.optimizer = make_adam(self.params, lr)
-        self.shapes_only = any(param.is_meta for param in self.params)  # a memory estimate: no arithmetic
+        self.shapes_only = any(param.is_meta for param in self.params)  # a snapshot's check: no arithmetic
         if not self.shapes_only:
             self._create_state()
             states = [self.optimizer.state[param] for param in self.params]

@@ -1,7 +1,7 @@
 """How a command ends for its user, decided here for every error: one `protorl: error:` line and exit status 2 for
-what the user can fix (a setting, a file, Hydra's own complaint about the command line), 3 for a training that
-diverged, one line and 130 for Ctrl-C, one line and 1 for a sweep whose job's process was killed; anything else is a
-bug and keeps its traceback."""
+what the user can fix (a setting, a file, Hydra's own complaint about the command line, a GPU's memory), 3 for a
+training that diverged, one line and 130 for Ctrl-C, one line and 1 for a sweep whose job's process was killed;
+anything else is a bug and keeps its traceback."""
 
 from __future__ import annotations
 
@@ -14,6 +14,7 @@ import threading
 from concurrent.futures.process import BrokenProcessPool
 from typing import NoReturn
 
+import torch
 from hydra.errors import HydraException, MissingConfigException, OverrideParseException
 from omegaconf.errors import OmegaConfBaseException
 
@@ -39,6 +40,10 @@ def exit_status(error: BaseException) -> tuple[int, str] | None:
         return USER_ERROR_STATUS, _missing_option(error)
     if isinstance(error, HydraException | OmegaConfBaseException):
         return USER_ERROR_STATUS, hydra_message(error)
+    if isinstance(error, torch.OutOfMemoryError):  # an accelerator's memory: the agent's share is not estimated
+        return USER_ERROR_STATUS, (f"out of memory on the device ({one_line(error).split('. ')[0]}): lower "
+                                   "agent.batch_size or the agent's sizes (its networks, prototypes, queue), or "
+                                   "set replay.on_device=false")
     if isinstance(error, OSError):  # after Hydra's: its missing config is one too
         return USER_ERROR_STATUS, f"I/O error on {file_of(error) or 'a file of the run'}: {error.strerror or error}"
     if isinstance(error, BrokenProcessPool):  # a sweep's launcher lost a process running its jobs

@@ -9,11 +9,10 @@ directory), each job of a sweep (before the first one starts) and the Python API
 2. the snapshot a fine-tuning starts from: found (`pretrain_sweep`), read, verified against its digest and matched
    to the task's environment;
 3. the run directory: empty, or holding this run (`protorl.storage.rundir.check_run_dir`);
-4. on the machine that runs it: the memory it will need (`protorl.app.resources`) and its wall time
-   (`protorl.app.duration`).
+4. on the machine that runs it: its replay's memory and its wall time (`protorl.app.preflight`).
 
 The `RunPlan` it returns holds the checked config, the phases in order (what the Trainer runs), the snapshot read and
-the estimates; `protorl.app.commands.run_plan` runs it.
+the wall time estimated; `protorl.app.commands.run_plan` runs it.
 """
 
 from __future__ import annotations
@@ -29,8 +28,7 @@ from pathlib import Path
 from omegaconf import MISSING, DictConfig, OmegaConf
 
 from protorl.agents import agent_config
-from protorl.app.duration import RunDuration, check_duration
-from protorl.app.resources import MemoryEstimate, check_memory
+from protorl.app.preflight import preflight
 from protorl.app.validate import check_named_task, validate
 from protorl.config import (
     GROUPS,
@@ -61,14 +59,14 @@ class RunPlan:
     config: Config
     phases: tuple[PlannedPhase, ...]  # in the order they run
     pretrained: dict | None  # the snapshot a fine-tuning starts from, read and verified (`load_snapshot`)
-    memory: MemoryEstimate | None  # the largest phase's; None where the plan was not made on the run's machine
-    duration: RunDuration | None  # None for a run too short to time, or not planned on the run's machine
+    seconds: float | None  # the wall time estimated; None for a run too short to time, or not planned on the
+    # run's machine
 
 
 def plan_run(config: Config, command: str, named: Collection[str] = (), on_this_machine: bool = True) -> RunPlan:
     """The plan of running `command` with `config`; `ConfigError` (or another `ProtorlError`) naming the first rule
     it breaks. `named`: the keys the user set (`validate.check_named_task`). `on_this_machine`: this machine runs it,
-    so its memory and wall time are checked too (a sweep checks its jobs before any starts without them: each job
+    so its pre-flight runs too (a sweep checks its jobs before any starts without them: each job
     checks them when it starts, where it runs)."""
     if command not in COMMANDS:
         raise ValueError(f"command={command!r}: one of {', '.join(COMMANDS)}")
@@ -94,11 +92,8 @@ def plan_run(config: Config, command: str, named: Collection[str] = (), on_this_
         config = recorded_snapshot(config, pretrained)
     check_run_dir(config)
     phases = tuple(planned_phases(config, command, pretrained is not None))
-    memory = duration = None
-    if on_this_machine:
-        memory = check_memory(config, phases, pretrained)
-        duration = check_duration(config, phases)
-    return RunPlan(command, config, phases, pretrained, memory, duration)
+    seconds = preflight(config, phases, pretrained) if on_this_machine else None
+    return RunPlan(command, config, phases, pretrained, seconds)
 
 
 def recorded_snapshot(config: Config, pretrained: dict | None) -> Config:

@@ -156,9 +156,8 @@ class Trainer:
             seeding = self.agent_steps < self.config.training.seed_transitions
             action = self._act(time_step, seeding)
             stepping = self.env_thread.step(action)  # the update never reads this transition: may overlap
-            if not seeding and len(self.replay) > 0 and self.agent_steps % self.config.training.update_every_steps == 0:
-                for _ in range(self.config.training.updates_per_step):
-                    self._update()
+            for _ in range(self.config.training.updates_at(self.agent_steps)):
+                self._update()
             time_step = self._observed(stepping.result())
             self.replay.add(time_step.frame, action, time_step.reward, time_step.discount,
                             self._kept_state(time_step))

@@ -45,7 +45,7 @@ from protorl.agents.proto.math import (
     sinkhorn,
 )
 from protorl.agents.sac import UpdateSteps
-from protorl.config import AgentConfig, architecture, in_unit_interval, invalid, period, positive
+from protorl.config import AgentConfig, architecture, in_unit_interval, invalid, positive
 from protorl.replay import Batch
 
 log = logging.getLogger("protorl")
@@ -62,8 +62,8 @@ class ProtoConfig(AgentConfig):
     num_prototypes: int = architecture(512)
     temperature: float = 0.1  # softmax temperature of the assignments (the paper's tau in section 4, temp in D)
     sinkhorn_iters: int = 3
-    ssl_update_every: int = period(1)  # an L_SSL step every N agent updates (the paper's text: 1; its code: 2)
-    encoder_target_update_every: int = period(2)
+    ssl_update_every: int = 1  # an L_SSL step every N agent updates (the paper's text: 1; its code: 2)
+    encoder_target_update_every: int = 2
     encoder_target_tau: float = 0.05  # EMA rate of the target encoder and projector
     # between the linear projector and the L2 normalisation: "none" (the paper), or a departure that keeps
     # the projections from collapsing, "center" (subtract the mean) or "batchnorm" (math.py, Projector)

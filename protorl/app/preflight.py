@@ -1,0 +1,159 @@
+"""The pre-flight: before a run writes anything, on the machine that runs it, refuse in one line a run whose replay
+buffer this machine cannot hold, or that would take longer than `runtime.max_hours`.
+
+Memory: a phase's replay buffer (the part its frames fill, twice where a checkpoint or snapshot copies it out, and
+the pre-training's data a fine-tuning relabels) against the memory available now, and the whole buffer against the
+memory and swap there are; on a GPU, the replay's frames kept there against its free memory. The agent's own memory
+is not estimated: a GPU that runs out ends the run in one line (`protorl.app.exits`).
+
+Wall time: a phase's agent steps and updates (`TrainingConfig.updates_at`, as the trainer makes them) times an agent
+step and an update of its agent timed here, on the run's device and threads; evaluations, analyses and logging are
+not counted, so it is a lower bound. Runs of fewer than `TIMED_FROM_UPDATES` updates are not timed.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import time
+from collections.abc import Sequence
+from pathlib import Path
+
+import torch
+
+from protorl.agents import agent_config, make_agent
+from protorl.config import Config, ConfigError, keeps_physical_states
+from protorl.envs import Env, make_env
+from protorl.replay import Batch, ReplayBuffer, frames_device
+from protorl.runtime import resolve_device
+from protorl.storage.atomic import payload_bytes
+from protorl.training.phases import PlannedPhase
+
+log = logging.getLogger("protorl")
+GIB, HOUR_S = 2**30, 3600.0
+TIMED_FROM_UPDATES = 10_000  # runs with fewer updates are not timed
+TIMED_UPDATES = 4  # consecutive ones (every period of 1, 2 or 4 updates falls due in them), after an untimed one
+TIMED_ENV_STEPS = 10  # after one reset
+
+
+def preflight(config: Config, phases: Sequence[PlannedPhase], pretrained: dict | None = None) -> float | None:
+    """Raise `ConfigError` if one of `phases` (a run's, in order) needs more memory than this machine has for its
+    replay, or if they would take longer than `runtime.max_hours`; the estimated seconds otherwise (None: not
+    timed). `pretrained`: the snapshot a fine-tuning starts from, read already."""
+    device, timed = resolve_device(config.runtime.device), {}
+    updates = {phase: sum(map(config.training.updates_at, range(phase.frames // config.env.action_repeat)))
+               for phase in phases}
+    timing = sum(updates.values()) >= TIMED_FROM_UPDATES
+    threads = torch.get_num_threads()
+    if config.runtime.threads is not None:
+        torch.set_num_threads(config.runtime.threads)  # as the run will
+    try:
+        for phase in phases:  # the tasks of a domain share their shapes: one of each kind of phase
+            if phase.kind in timed:
+                continue
+            env = make_env(phase.task, config.env, seed=config.seed)
+            try:
+                _check_replay(config, phase, env, device, pretrained)
+                timed[phase.kind] = _time_phase(config, phase, env, device) if timing else None
+            finally:
+                env.close()
+    finally:
+        torch.set_num_threads(threads)
+    if not timing:
+        return None
+    seconds, parts = 0.0, []
+    for phase in phases:
+        update_s, step_s = timed[phase.kind]
+        steps = phase.frames // config.env.action_repeat
+        seconds += updates[phase] * update_s + steps * step_s
+        parts.append(f"{phase.kind}: {updates[phase]} updates at {update_s * 1e3:.1f} ms and {steps} agent steps at "
+                     f"{step_s * 1e3:.1f} ms")
+    estimate = (f"at least {duration_text(seconds)} on this machine's {'GPU' if device.type == 'cuda' else 'CPU'} "
+                f"({'; '.join(parts)}, timed here; evaluations, analyses and logging not counted)")
+    if config.runtime.max_hours is not None and seconds > config.runtime.max_hours * HOUR_S:
+        raise ConfigError(f"this run would take {estimate}, more than runtime.max_hours={config.runtime.max_hours:g}: "
+                          "fewer frames (pretrain_frames, finetune_frames) or a smaller preset shorten it "
+                          "(protorl-train alone, the main job, and preset=small run in minutes on a CPU; on a GPU "
+                          "the paper's settings take hours); to start this run anyway, add runtime.max_hours=null")
+    log.info("estimated wall time: %s", estimate)
+    return seconds
+
+
+def duration_text(seconds: float) -> str:
+    """`seconds` as a person says it: "40 minutes", "7.5 hours", "3.1 days"."""
+    if seconds < HOUR_S:
+        return f"{max(1, round(seconds / 60))} minutes"
+    if seconds < 48 * HOUR_S:
+        return f"{seconds / HOUR_S:.1f} hours"
+    return f"{seconds / (24 * HOUR_S):.1f} days"
+
+
+def _check_replay(config: Config, phase: PlannedPhase, env: Env, device: torch.device,
+                  pretrained: dict | None) -> None:
+    """`ConfigError` if `phase`'s replay buffer does not fit this machine's memory (or its frames the GPU's)."""
+    states = env.physical_state_shape if keeps_physical_states(config, phase.phase) else None
+    slot = ReplayBuffer(env.frame_shape, env.frame_dtype, env.action_shape, capacity=1, frame_stack=1,
+                        physical_state_shape=states).nbytes
+    frames_bytes = config.replay.capacity * math.prod(env.frame_shape) * env.frame_dtype.itemsize
+    if frames_device(device, frames_bytes, config.replay.on_device) is not None:
+        free = torch.cuda.mem_get_info(device)[0]
+        if frames_bytes > free:
+            raise ConfigError(f"replay.on_device: the replay's frames need {frames_bytes / GIB:.1f} GiB of {device} "
+                              f"and {free / GIB:.1f} GiB are free there; set replay.on_device=false or lower "
+                              "replay.capacity")
+    memory = _meminfo()
+    if not memory:  # the operating system does not say
+        return
+    reservable = memory["MemTotal"] + memory.get("SwapTotal", 0)
+    if config.replay.capacity * slot > reservable:
+        raise ConfigError(f"invalid config value replay.capacity={config.replay.capacity}: the buffer would reserve "
+                          f"{config.replay.capacity * slot / GIB:.1f} GiB and this machine has {reservable / GIB:.1f} "
+                          "GiB of memory and swap; lower replay.capacity")
+    written = min(config.replay.capacity, 2 * (phase.frames // config.env.action_repeat) + 1)  # a slot per step
+    copied = (config.checkpoints.every_frames or config.checkpoints.every_minutes  # and per episode's first frame
+              or (phase.kind == "pretrain" and config.snapshots.with_replay))
+    needed = (2 if copied else 1) * written * slot
+    if phase.kind == "finetune" and config.replay.pretrain_data_share > 0:  # the snapshot's replay, relabelled
+        needed += payload_bytes(pretrained.get("replay", {})) if pretrained is not None else 2 * written * slot
+    if needed > memory["MemAvailable"]:
+        raise ConfigError(f"this run's replay would need about {needed / GIB:.1f} GiB ({phase.kind}) and "
+                          f"{memory['MemAvailable'] / GIB:.1f} GiB are available; lower replay.capacity or the "
+                          "frames")
+
+
+def _time_phase(config: Config, phase: PlannedPhase, env: Env, device: torch.device) -> tuple[float, float]:
+    """(seconds per update, seconds per agent step: the policy's action and the environment's step) of `phase`."""
+    agent_cfg = agent_config(config.agent)
+    agent = make_agent(agent_cfg, env.obs_type, env.obs_shape, env.action_shape, device, phase.agent_mode)
+    time_step, started = env.reset(), time.perf_counter()
+    for _ in range(TIMED_ENV_STEPS):
+        time_step = env.step(agent.act(time_step.obs, sample=True))
+    step_s = (time.perf_counter() - started) / TIMED_ENV_STEPS
+    size, dtype = agent_cfg.batch_size, torch.uint8 if env.obs_type == "pixels" else torch.float32
+    obs = [torch.randint(0, 256, (size, *env.obs_shape), device=device).to(dtype) for _ in range(2)]
+    batch = Batch(obs=obs[0], action=torch.rand(size, *env.action_shape, device=device) * 2 - 1,
+                  reward=torch.rand(size, 1, device=device), discount=torch.ones(size, 1, device=device),
+                  next_obs=obs[1])
+    agent.update(batch, 0)  # builds what a first update builds
+    _synchronize(device)
+    started = time.perf_counter()
+    for step in range(1, 1 + TIMED_UPDATES):
+        agent.update(batch, step)
+    _synchronize(device)
+    return (time.perf_counter() - started) / TIMED_UPDATES, step_s
+
+
+def _meminfo() -> dict[str, int]:
+    """/proc/meminfo in bytes ({} where there is none)."""
+    try:
+        lines = Path("/proc/meminfo").read_text().splitlines()
+    except OSError:
+        return {}
+    info = {key: int(value.split()[0]) * 1024 for key, _, value in (line.partition(":") for line in lines)
+            if value.split() and value.split()[0].isdigit()}
+    return info if "MemAvailable" in info and "MemTotal" in info else {}
+
+
+def _synchronize(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
