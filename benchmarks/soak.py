@@ -96,7 +96,7 @@ def main() -> None:
         parser.error("--episodes must be at least 2")
     every = args.every or max(1, args.episodes // 25)
 
-    from protorl.app.validate import validate
+    from protorl.app.plan import validate
     from protorl.training import Trainer, phase_of, prepare_process
     from protorl.training.callbacks import Callback
 

@@ -1,14 +1,12 @@
 """Typed run configuration with the paper's defaults (appendix C, table 1).
 
 Units: every `*_frames` value counts environment frames; an agent step is `env.action_repeat` frames.
-The Hydra YAML files in `protorl/conf/` build on this schema; `protorl.app.validate` checks values at start-up.
+The Hydra YAML files in `protorl/conf/` build on this schema; `protorl.app.plan` types and checks them at start-up.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import types
-import typing
 from dataclasses import dataclass, field
 
 from omegaconf import MISSING
@@ -368,8 +366,11 @@ RENAMED = {
 }
 
 
-def renamed_message(key: str) -> str:
-    """The one line that refuses a key of the flat config, naming the key that replaced it."""
+def renamed_message(key: str, value: object = None) -> str | None:
+    """The one line that refuses a key of the flat config set to `value`, naming the key that replaced it; None for
+    a key that was not renamed (`env` is a group now: renamed only where its value is a task's name)."""
+    if key not in RENAMED or (key == "env" and not isinstance(value, str)):
+        return None
     return f"{key} is now {RENAMED[key]}: the settings are grouped (every key: docs/commands.md; CHANGELOG.md)"
 
 
@@ -425,41 +426,3 @@ def keeps_physical_states(config: Config, phase: str) -> bool:
     """Whether the replay buffer of `phase` keeps every frame's physical state: for the analyses, or for a
     snapshot's replay (`snapshots.with_replay`), which fine-tuning relabels with a task's reward."""
     return runs_analyses(config, phase) or (phase == "pretrain" and config.snapshots.with_replay)
-
-
-_TYPE_NAMES = {int: "an integer", float: "a number", bool: "true or false", str: "a string"}
-
-
-def type_errors(config, prefix: str = "") -> list[tuple[str, object, str]]:
-    """(key, value, what it should be) for every field of the dataclass `config` (nested ones too) whose value is
-    not of its declared type: what the command line's parser refuses, refused from Python too."""
-    errors = []
-    hints = typing.get_type_hints(type(config))
-    for item in dataclasses.fields(config):
-        value, declared, key = getattr(config, item.name), hints[item.name], f"{prefix}{item.name}"
-        if value is MISSING:
-            continue
-        if dataclasses.is_dataclass(declared):
-            errors += (type_errors(value, f"{key}.") if dataclasses.is_dataclass(value) else
-                       [(key, value, f"an instance of {declared.__name__} (e.g. the agent's own config class)")])
-            continue
-        options = typing.get_args(declared) if typing.get_origin(declared) is types.UnionType else (declared,)
-        if value is None and type(None) in options:
-            continue
-        kinds = [t for t in options if t is not type(None)]
-        if not any(_is_a(value, kind) for kind in kinds):
-            names = [_TYPE_NAMES[kind] if kind in _TYPE_NAMES else f"a list of {typing.get_args(kind)[0].__name__}"
-                     for kind in kinds]
-            errors.append((key, value, " or ".join(names + (["null"] if type(None) in options else []))))
-    return errors
-
-
-def _is_a(value, kind) -> bool:
-    if typing.get_origin(kind) is list:
-        item = typing.get_args(kind)[0]
-        return isinstance(value, (list, tuple)) and all(_is_a(v, item) for v in value)
-    if kind is float:
-        return isinstance(value, (int, float)) and not isinstance(value, bool)
-    if kind is int:
-        return isinstance(value, int) and not isinstance(value, bool)
-    return isinstance(value, kind)

@@ -14,8 +14,8 @@ import numpy as np
 import pytest
 import torch
 
+from protorl.app.plan import validate
 from protorl.app.tools import analyze
-from protorl.app.validate import validate
 from protorl.config import AnalysesConfig, Config, ConfigError, EnvConfig
 from protorl.envs import DMCEnv
 from protorl.errors import CheckpointError, ResultsError

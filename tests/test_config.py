@@ -14,7 +14,7 @@ import torch
 
 import protorl
 from protorl.agents.proto.agent import ProtoConfig
-from protorl.app.validate import check_named_task, validate
+from protorl.app.plan import check_named_task, validate
 from protorl.config import (
     GROUPS,
     RENAMED,
@@ -345,7 +345,7 @@ def test_a_flat_key_on_the_command_line_is_refused_naming_its_new_key(command, o
                             capture_output=True, text=True, timeout=TIMEOUT_S, cwd=tmp_path,
                             env=checkout_first())
     line = assert_user_error(result, f"{key} is now {RENAMED[key]}")
-    assert line == f"protorl: error: {renamed_message(key)}"
+    assert line == f"protorl: error: {renamed_message(key, override.partition('=')[2])}"
     assert not (tmp_path / "run").exists()
 
 
@@ -376,7 +376,7 @@ def test_a_flat_keyword_of_the_python_api_is_refused_naming_its_new_key(fields, 
     with pytest.raises(ConfigError) as error:
         protorl.train(run_dir=str(run_dir), **fields)
     (key,) = set(fields) & set(RENAMED)
-    assert str(error.value) == renamed_message(key) and f"is now {new_key}:" in str(error.value)
+    assert str(error.value) == renamed_message(key, fields[key]) and f"is now {new_key}:" in str(error.value)
     assert not run_dir.exists()
 
 

@@ -125,7 +125,7 @@ def test_a_checkpointed_random_state_continues_the_same_episodes():
 def test_a_camera_on_a_gymnasium_environment_is_refused_in_plain_words():
     """A Gymnasium environment renders its own view: an env.camera_id is refused saying so (not "cameras 0 to -1")."""
     from protorl.agents.proto.agent import ProtoConfig
-    from protorl.app.validate import validate
+    from protorl.app.plan import validate
     from protorl.config import Config, ConfigError, EnvConfig
 
     config = Config(agent=ProtoConfig(), task="gym:InvertedPendulum-v5", env=EnvConfig(obs="states", camera_id=0))

@@ -51,9 +51,6 @@ def test_train_runs_both_phases_and_keeps_the_run_directory_contract(tmp_path):
 def test_bad_input_raises_one_clear_error_and_writes_nothing(tmp_path):
     with pytest.raises(ConfigError, match="unknown config key bogus"):
         protorl.train(tiny(tmp_path / "a"), bogus=1)
-    with pytest.raises(ConfigError, match=r"^env=TrainingConfig\(.*\): expected a protorl.config.EnvConfig or a dict "
-                                          r"of its keys$"):
-        protorl.pretrain(env=TrainingConfig(), run_dir=str(tmp_path / "e"))
     with pytest.raises(ConfigError, match="config='x': expected a protorl.config.Config"):
         protorl.train("x", run_dir=str(tmp_path / "x"))
     with pytest.raises(ConfigError, match="run_dir is required"):
@@ -128,22 +125,36 @@ def test_the_random_state_holds_each_cuda_generator_where_there_is_cuda(monkeypa
 
 
 @pytest.mark.parametrize(("fields", "message"), [
-    ({"seed": 1.5}, "seed=1.5: expected an integer"),
-    ({"seed": True}, "seed=True: expected an integer"),
-    ({"pretrain_frames": 2000.5}, "pretrain_frames=2000.5: expected an integer"),
-    ({"seed": "3"}, "seed='3': expected an integer"),
-    ({"task": None}, "task=None: expected a string"),
-    ({"finetune_tasks": "walker_walk"}, "finetune_tasks='walker_walk': expected a list of str"),
-    ({"checkpoints": {"every_frames": "often"}}, "checkpoints.every_frames='often': expected an integer or null"),
-    ({"env": {"image_size": 32.5}}, "env.image_size=32.5: expected an integer"),
-    ({"agent": ProtoConfig(batch_size="32")}, "agent.batch_size='32': expected an integer"),
-    ({"agent": "proto"}, "agent='proto': expected an instance of AgentConfig"),
+    ({"seed": 1.5}, "seed: Value '1.5' of type 'float' could not be converted to Integer"),
+    ({"seed": True}, "seed: Value 'True' of type 'bool' could not be converted to Integer"),
+    ({"pretrain_frames": 2000.5}, "pretrain_frames: Value '2000.5'"),
+    ({"seed": "three"}, "seed: Value 'three' of type 'str' could not be converted to Integer"),
+    ({"task": None}, "task: Incompatible value 'None' for field of type 'str'"),
+    ({"finetune_tasks": "walker_walk"}, "finetune_tasks: "),
+    ({"checkpoints": {"every_frames": "often"}}, "checkpoints.every_frames: Value 'often'"),
+    ({"env": {"image_size": 32.5}}, "env.image_size: Value '32.5'"),
+    ({"agent": ProtoConfig(batch_size="many")}, "agent.batch_size: Value 'many'"),
+    ({"agent": "proto"}, "agent='proto': Merge error: str is not a subclass of AgentConfig"),
+    ({"env": TrainingConfig()}, "env=TrainingConfig("),
 ])
 def test_a_value_of_the_wrong_type_is_one_clear_error_before_anything_is_written(tmp_path, fields, message):
     with pytest.raises(ConfigError) as error:
         protorl.pretrain(run_dir=str(tmp_path / "run"), **fields)
     assert str(error.value).startswith(f"invalid config value {message}") and "\n" not in str(error.value)
     assert not (tmp_path / "run").exists()
+
+
+def test_python_values_are_typed_as_the_command_lines_are(tmp_path):
+    """The Python API and the command line share one typed path: "3" is 3 and 1 is 1.0 on both; an agent's dict
+    changes its keys, and with another `name` starts from that agent's defaults."""
+    config = configured(None, {"run_dir": tmp_path, "seed": "3", "agent": {"batch_size": "32"},
+                               "runtime": {"max_hours": 1}})
+    assert (config.seed, config.agent.batch_size, config.runtime.max_hours) == (3, 32, 1.0)
+    assert type(config.runtime.max_hours) is float
+    apt = configured(config, {"agent": {"name": "apt", "knn_k": 3}})
+    assert (type(apt.agent).__name__, apt.agent.knn_k, apt.agent.batch_size) == ("APTConfig", 3, 512)
+    with pytest.raises(ConfigError, match="unknown config key agent.num_prototypes"):
+        configured(apt, {"agent": {"num_prototypes": 8}})
 
 
 def test_paths_and_numpy_numbers_are_taken_as_the_values_they_stand_for(tmp_path):

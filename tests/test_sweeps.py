@@ -164,7 +164,7 @@ def test_every_experiment_preset_composes_to_a_valid_sweep(name):
     from protorl.app.cli import register_configs
 
     register_configs()  # the schema the commands' configs build on
-    from protorl.app.validate import validate
+    from protorl.app.plan import validate
     from protorl.envs import check_task
 
     command = ("pretrain" if name.startswith(("fig9", "fig10", "explore")) or "_pretrain" in name else

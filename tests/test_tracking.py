@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from protorl.app.validate import validate
+from protorl.app.plan import validate
 from protorl.config import Config, ConfigError, LoggingConfig
 from protorl.logs.logger import Logger
 from tests.runs import TINY, assert_ok, run

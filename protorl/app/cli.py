@@ -23,8 +23,8 @@ from omegaconf.errors import OmegaConfBaseException
 
 from protorl.agents import BUILT_IN, registered_agents
 from protorl.app.exits import exit_for, exit_status, exit_with, one_line, print_error
-from protorl.app.plan import RunPlan, named_keys, plan_run, typed_config
-from protorl.config import RENAMED, Config, ConfigError, renamed_message
+from protorl.app.plan import RunPlan, config_error, configured, named_keys, plan_run
+from protorl.config import Config, ConfigError
 
 log = logging.getLogger("protorl")
 _JOB_ERRORS_SHOWN = 5  # a sweep's refused jobs listed one per line, up to this many
@@ -43,16 +43,14 @@ def register_configs() -> None:
 
 def plan_command(settings: DictConfig, command: str, overrides: Sequence[str],
                  on_this_machine: bool = True) -> RunPlan:
-    """The plan of `command` with the settings Hydra composed (without Hydra's node, `run_dir` set; a key the
-    schema does not know, e.g. added with `+`, is refused, not dropped); `overrides`: the command line's (a `task`
-    named there must be a task of the run)."""
+    """The plan of `command` with the settings Hydra composed (without Hydra's node, `run_dir` set), typed as the
+    Python API's are (`configured`: a key the schema lacks, e.g. added with `+`, is refused); `overrides`: the
+    command line's (a `task` named there must be a task of the run)."""
     try:
-        config = typed_config(settings)
-        return plan_run(config, command, named_keys(overrides), on_this_machine)
-    except (ValueError, OmegaConfBaseException) as error:  # a value OmegaConf could not take, or ours refused
-        if isinstance(error, ConfigError):
-            raise
-        raise ConfigError(one_line(error)) from None
+        fields = OmegaConf.to_container(settings, resolve=True)
+    except OmegaConfBaseException as error:
+        raise ConfigError(config_error(error)) from None
+    return plan_run(configured(None, fields), command, named_keys(overrides), on_this_machine)
 
 
 def proto_line(preset: str) -> str:
@@ -201,9 +199,6 @@ def _hydra_entry(command: str) -> None:
     if {"--help", "-h"} & set(sys.argv[1:]):
         print(command_help(command))
         return
-    renamed = _renamed_override(sys.argv[1:])
-    if renamed is not None:
-        exit_with(renamed_message(renamed))
     for library in ("absl", "OpenGL"):  # what MuJoCo's and PyOpenGL's imports log at INFO is not the run's news
         logging.getLogger(library).setLevel(logging.WARNING)
     register_configs()
@@ -213,16 +208,6 @@ def _hydra_entry(command: str) -> None:
         main()
     except (Exception, KeyboardInterrupt) as error:  # before or after the run itself, e.g. while Hydra composes
         exit_for(error)
-
-
-def _renamed_override(arguments: Sequence[str]) -> str | None:
-    """The first key of the command line's overrides that the grouped config renamed (`env=TASK` is one; the
-    group's `env.obs=...` is not); None if there is none."""
-    for argument in arguments:
-        key = argument.partition("=")[0].lstrip("+~")
-        if "=" in argument and key in RENAMED:
-            return key
-    return None
 
 
 def pretrain() -> None:

@@ -58,7 +58,7 @@ _one_run_per_process = threading.Lock()
 def run_command(config: Config, command: str, named: Collection[str] = ()) -> list[PhaseResult]:
     """Plan `command` with `config` (`protorl.app.plan.plan_run`) and run the plan; one run at a time per process
     (`ConfigError` for a second one started meanwhile, e.g. from another thread). `named`: the keys the caller set
-    (`validate.check_named_task`)."""
+    (`protorl.app.plan.check_named_task`)."""
     if not _one_run_per_process.acquire(blocking=False):
         raise ConfigError("another protorl run is in progress in this process: runs draw from the process-wide "
                           "random generators of torch, NumPy and Python, so two at once would not give either's "

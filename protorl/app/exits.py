@@ -18,7 +18,7 @@ import torch
 from hydra.errors import HydraException, MissingConfigException, OverrideParseException
 from omegaconf.errors import OmegaConfBaseException
 
-from protorl.config import RENAMED, renamed_message, unknown_key_message
+from protorl.config import renamed_message, unknown_key_message
 from protorl.errors import ProtorlError, TrainingDiverged, did_you_mean
 
 INTERRUPTED_STATUS = 130  # 128 + SIGINT, as shells report a command stopped by Ctrl-C
@@ -120,10 +120,11 @@ def one_line(error: BaseException) -> str:
 def hydra_message(error: Exception) -> str:
     """One line for an error of Hydra or OmegaConf: the key to write instead where it names a key the grouped
     config renamed (e.g. in an experiment file of one's own)."""
-    key = re.search(r"(?:Key|override) '([\w.]+)'", str(error))
-    if key and key[1] in RENAMED:
-        return renamed_message(key[1])
-    if key and str(error).startswith("Could not override"):  # Hydra's hint, `+key=value`, is refused too
+    key = re.search(r"(?:Key|override) '([\w.]+)'|override ([\w.]+)=([^\s:]+)", str(error))
+    renamed = key and renamed_message(key[1] or key[2], key[3])
+    if renamed:
+        return renamed
+    if key and key[1] and str(error).startswith("Could not override"):  # Hydra's hint, `+key=value`, is refused too
         return unknown_key_message([key[1]])
     return one_line(error)
 
