@@ -11,7 +11,6 @@ from __future__ import annotations
 import itertools
 import logging
 import os
-import sys
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -32,13 +31,28 @@ _JOB_ERRORS_SHOWN = 5  # a sweep's refused jobs listed one per line, up to this 
 
 def register_configs() -> None:
     """Give Hydra the schema the commands' configs build on (`protorl_schema`) and each agent's config class (its
-    YAML in conf/agent/ builds on it; an agent from another package has its class's defaults as its YAML)."""
+    YAML in conf/agent/ builds on it; an agent from another package has its class's defaults as its YAML); and
+    `${protorl_options:GROUP}`, a config group's options, for `--help` (base.yaml's `hydra.help`)."""
+    if not OmegaConf.has_resolver("protorl_options"):
+        OmegaConf.register_new_resolver("protorl_options", _group_options)
     store = ConfigStore.instance()
     store.store(name="protorl_schema", node=Config)
     for name, agent in registered_agents().items():
         store.store(group="agent_schema", name=name, node=agent.config_class)
         if name not in BUILT_IN:
             store.store(group="agent", name=name, node=agent.config_class)
+
+
+def _group_options(group: str) -> str:
+    """The options of a config group of protorl's (agents from other packages included), comma-separated, in lines
+    of a `--help` indented by 4."""
+    import textwrap
+    from importlib.resources import files
+
+    options = {item.name.removesuffix(".yaml") for item in files("protorl.conf").joinpath(group).iterdir()
+               if item.name.endswith(".yaml")}
+    return "\n    ".join(textwrap.wrap(", ".join(sorted(options | (set(registered_agents()) if group == "agent"
+                                                                 else set()))), 90))
 
 
 def plan_command(settings: DictConfig, command: str, overrides: Sequence[str],
@@ -194,11 +208,8 @@ def _sweep_jobs(config: DictConfig) -> list[list[str]] | None:
 
 
 def _hydra_entry(command: str) -> None:
-    """Run `command` under Hydra: `--help` prints `command_help`; every error ends as `protorl.app.exits` says
+    """Run `command` under Hydra (`--help`: its YAML's `hydra.help`); every error ends as `protorl.app.exits` says
     (Hydra's own about the command line, e.g. an unknown key or option, as one `protorl: error:` line, status 2)."""
-    if {"--help", "-h"} & set(sys.argv[1:]):
-        print(command_help(command))
-        return
     for library in ("absl", "OpenGL"):  # what MuJoCo's and PyOpenGL's imports log at INFO is not the run's news
         logging.getLogger(library).setLevel(logging.WARNING)
     register_configs()
@@ -223,65 +234,3 @@ def finetune() -> None:
 def train() -> None:
     """protorl-train: pre-training then fine-tuning on `task`, as in the paper's protocol."""
     _hydra_entry("train")
-
-
-# what each Hydra command does and the keys a user sets first (`--help`)
-COMMAND_HELP = {
-    "train": ("pre-training, then fine-tuning from its last snapshot, in one run directory. With no arguments it "
-              "runs the main job (preset=demo): Proto-RL in the paper's U-maze from states, minutes on a 2-core "
-              "CPU, its fine-tuning beside the same fine-tuning without pre-training.",
-              [("seed=N", "another seed of the same run (default 1)"),
-               ("preset=NAME", "the run's scale: demo (the main job), small (cartpole from pixels, minutes on a "
-                               "CPU), paper (the paper's settings: days on a CPU, hours on a GPU)"),
-               ("task=TASK", "the task, with preset=small or preset=paper (protorl-tasks lists them); the main "
-                            "job's preset names its own")]),
-    "pretrain": ("task-agnostic pre-training: exploration without reward, writing snapshots for protorl-finetune. "
-                 "With no arguments it runs the paper's settings (preset=paper: 500k frames from pixels at batch "
-                 "512), which a CPU runs in days: it says so before starting.",
-                 [("preset=small", "minutes on a CPU (cartpole from pixels, 4k frames)"),
-                  ("task=TASK", "the task whose world it explores (protorl-tasks lists them)"),
-                  ("agent=NAME", "the method (the agents are below): proto_paper is Proto-RL as published and "
-                                 "proto_variant its working variant, under any preset; proto is the preset's choice "
-                                 "(published under paper, the variant under small and demo)")]),
-    "finetune": ("downstream RL on a task, from a pre-training snapshot whose encoder, projector and prototypes "
-                 "stay frozen. It needs snapshot=PATH: with no arguments it names the commands that write one.",
-                 [("snapshot=PATH", "the snapshot: <run directory>/pretrain/snapshots/snapshot_<frames>.pt"),
-                  ("task=TASK", "the task, of the snapshot's domain (protorl-tasks lists them)"),
-                  ("preset=NAME", "the same preset as the pre-training: small, demo or paper (the default)")]),
-}
-HELP_GROUPS = {  # config group -> what choosing it does; the schema's and the presets' own groups are internal
-    "preset": "the run's scale",
-    "agent": "the method",
-    "experiment": "a paper figure's or a study's sweep (with -m)",
-    "multitask": "one pre-training, several downstream tasks",
-}
-
-
-def command_help(command: str) -> str:
-    """`protorl-<command> --help`: what it does, the keys a user changes first, the config groups' options and
-    where every key is documented."""
-    import textwrap
-    from importlib.resources import files
-
-    what, keys = COMMAND_HELP[command]
-    name = f"protorl-{command}"
-    lines = [*textwrap.wrap(f"{name}: {what}", 100), "", f"usage: {name} [KEY=VALUE ...] [GROUP=OPTION ...] "
-             "[-m: a sweep over comma-separated values]", "", "the keys to change first:"]
-    width = max(len(key) for key, _ in keys)
-    for key, meaning in keys:
-        lines += textwrap.wrap(meaning, 100, initial_indent=f"  {key:<{width}}  ", subsequent_indent=" " * (width + 4))
-    lines += ["", "config groups (GROUP=OPTION):"]
-    conf = files("protorl.conf")
-    for group, meaning in HELP_GROUPS.items():
-        options = sorted({item.name.removesuffix(".yaml") for item in conf.joinpath(group).iterdir()
-                          if item.name.endswith(".yaml")} | (set(registered_agents()) if group == "agent" else set()))
-        lines += textwrap.wrap(", ".join(options), 100, initial_indent=f"  {group}: {meaning}: ",
-                               subsequent_indent="    ")
-    docs = Path(__file__).resolve().parents[2] / "docs" / "commands.md"
-    lines += ["", *textwrap.wrap(f"every key, its default and its unit: "
-                                 f"{docs if docs.is_file() else 'docs/commands.md'} (the documentation site's "
-                                 f"\"Commands and configuration\"); the config a command would run, with your "
-                                 f"overrides: {name} ... --cfg job; Hydra's own options: {name} --hydra-help", 100)]
-    return "\n".join(lines)
-
-
