@@ -249,9 +249,13 @@ def _check_tasks(config: Config, command: str, has_pretraining: bool) -> None:
             check_task(task)
         except ValueError as error:  # the environments' own error, as the user's
             raise ConfigError(str(error)) from None
-    for task in dict.fromkeys(task for task in tasks if gymnasium_id(task) is not None):  # its spaces, built once
+    for task in dict.fromkeys(task for task in tasks if gymnasium_id(task) is not None):  # built and observed once
         try:
-            make_env(task, config.env, seed=0).close()
+            env = make_env(task, config.env, seed=0)
+            try:
+                env.reset()  # from pixels, its renderer starts
+            finally:
+                env.close()
         except ValueError as error:
             raise ConfigError(str(error)) from None
     frame_stack = config.env.frame_stack if config.env.obs == "pixels" else 1

@@ -53,6 +53,7 @@ def preflight(config: Config, phases: Sequence[PlannedPhase], pretrained: dict |
                 continue
             env = make_env(phase.task, config.env, seed=config.seed)
             try:
+                env.reset()  # from pixels, its renderer starts before anything is written
                 _check_replay(config, phase, env, device, pretrained)
                 timed[phase.kind] = _time_phase(config, phase, env, device) if timing else None
             finally:
