@@ -53,9 +53,9 @@ def preflight(config: Config, phases: Sequence[PlannedPhase], pretrained: dict |
                 continue
             env = make_env(phase.task, config.env, seed=config.seed)
             try:
-                env.reset()  # from pixels, its renderer starts before anything is written
+                time_step = env.reset()  # from pixels, its renderer starts before anything is written
                 _check_replay(config, phase, env, device, pretrained)
-                timed[phase.kind] = _time_phase(config, phase, env, device) if timing else None
+                timed[phase.kind] = _time_phase(config, phase, env, time_step, device) if timing else None
             finally:
                 env.close()
     finally:
@@ -122,11 +122,13 @@ def _check_replay(config: Config, phase: PlannedPhase, env: Env, device: torch.d
                           "frames")
 
 
-def _time_phase(config: Config, phase: PlannedPhase, env: Env, device: torch.device) -> tuple[float, float]:
-    """(seconds per update, seconds per agent step: the policy's action and the environment's step) of `phase`."""
+def _time_phase(config: Config, phase: PlannedPhase, env: Env, time_step, device: torch.device
+                ) -> tuple[float, float]:
+    """(seconds per update, seconds per agent step: the policy's action and the environment's step) of `phase`, in
+    `env` from its first `time_step`."""
     agent_cfg = agent_config(config.agent)
     agent = make_agent(agent_cfg, env.obs_type, env.obs_shape, env.action_shape, device, phase.agent_mode)
-    time_step, started = env.reset(), time.perf_counter()
+    started = time.perf_counter()
     for _ in range(TIMED_ENV_STEPS):
         time_step = env.step(agent.act(time_step.obs, sample=True))
     step_s = (time.perf_counter() - started) / TIMED_ENV_STEPS
