@@ -401,17 +401,25 @@ def test_a_run_saved_with_the_flat_keys_of_before_the_groups_is_read_on_todays_k
     assert (row["task"], int(row["n_seeds"]), float(row["mean"])) == ("walker_run", 2, 200.0)
 
 def test_group_by_agent_labels_the_agent_config_chosen(tmp_path):
-    """agent=proto_paper and agent=proto are both agent.name "proto": `--group-by agent` tells them apart by
-    Hydra's record of the choice; a run without that record falls back to agent.name."""
-    for choice, score in (("proto_paper", 100.0), ("proto", 300.0)):
-        run = make_run(tmp_path / "runs" / choice, curves=final_curve(score))
+    """agent=proto and agent=proto_variant are both agent.name "proto": `--group-by agent` tells them apart by
+    Hydra's record of the choice, by today's names for runs started before the rename (agent=proto_paper the
+    published algorithm, agent=proto with preset=small's file the variant); a run without that record falls back
+    to agent.name."""
+    choices = {"proto": {"agent": "proto", "agent_scale@agent": "proto_small"},
+               "proto_variant": {"agent": "proto_variant", "agent_scale@agent": "proto_variant_small"},
+               "old_paper": {"agent": "proto_paper", "agent_preset@agent": "proto_paper_small"},
+               "old_variant": {"agent": "proto", "agent_preset@agent": "proto_small"},
+               "old_paper_preset": {"agent": "proto", "agent_preset@agent": "proto_paper"}}
+    scores = {"proto": 100.0, "proto_variant": 300.0, "old_paper": 110.0, "old_variant": 310.0,
+              "old_paper_preset": 120.0}
+    for name, choice in choices.items():
+        run = make_run(tmp_path / "runs" / name, curves=final_curve(scores[name]))
         (run / ".hydra").mkdir()
-        OmegaConf.save({"hydra": {"runtime": {"choices": {"agent": choice, "preset": "small"}}}},
-                       run / ".hydra" / "hydra.yaml")
+        OmegaConf.save({"hydra": {"runtime": {"choices": choice}}}, run / ".hydra" / "hydra.yaml")
     make_run(tmp_path / "runs" / "plain", agent="random", curves=final_curve(50.0))
     run_aggregate([tmp_path / "runs"], tmp_path / "out", "--group-by", "agent")
-    scores = {row["method"]: float(row["mean"]) for row in read_rows(tmp_path / "out" / "scores.csv")}
-    assert scores == {"proto_paper": 100.0, "proto": 300.0, "random": 50.0}
+    means = {row["method"]: float(row["mean"]) for row in read_rows(tmp_path / "out" / "scores.csv")}
+    assert means == {"proto": pytest.approx(110.0), "proto_variant": 305.0, "random": 50.0}
 
 
 def test_a_job_the_sweeps_index_marks_incomplete_is_named_even_without_a_record(tmp_path):

@@ -313,7 +313,7 @@ def small_runs(tmp_path_factory):
     algorithm, at this tiny size, had not yet collapsed by 3k frames on an H200)."""
     root = tmp_path_factory.mktemp("alive")
     runs = {}
-    for name, extra in (("variant", []), ("paper", ["agent=proto_paper"])):
+    for name, extra in (("variant", []), ("paper", ["agent=proto"])):
         result = run("pretrain", *SMALL_MAZE, *extra, "runtime.device=cpu", run_dir=root / name)
         assert_ok(result)
         runs[name] = (root / name, result.stdout + result.stderr)

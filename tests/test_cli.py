@@ -180,6 +180,12 @@ def test_a_mistyped_name_gets_a_did_you_mean(tmp_path, override, meant):
     assert not (tmp_path / "run").exists()
 
 
+def test_the_renamed_agent_config_names_its_new_name(tmp_path):
+    result = run("train", "preset=small", "agent=proto_paper", run_dir=tmp_path / "run")
+    assert_user_error(result, "agent=proto_paper is now agent=proto", "proto_variant")
+    assert not (tmp_path / "run").exists()
+
+
 @pytest.mark.parametrize("command", ["train", "pretrain", "finetune"])
 def test_help_says_what_the_command_does_and_the_keys_to_change_first(command, tmp_path):
     result = run(command, "--help", run_dir=tmp_path / "run")
@@ -187,8 +193,8 @@ def test_help_says_what_the_command_does_and_the_keys_to_change_first(command, t
     text = result.stdout
     assert text.startswith(f"protorl-{command}: ") and "the keys to change first:" in text
     assert "preset=" in text and "task=TASK" in text and "commands.md" in text
-    assert "agent_schema" not in text and "agent_preset" not in text  # internal config groups
-    assert "proto_paper" in text and "fig4_small" in text  # the groups' options, read from the configs
+    assert "agent_schema" not in text and "agent_scale" not in text  # internal config groups
+    assert "proto_variant" in text and "fig4_small" in text  # the groups' options, read from the configs
     assert not (tmp_path / "run").exists()
 
 

@@ -253,41 +253,25 @@ def test_composed_cli_configs(config_name, paper_scale):
             assert cfg.agent[key] == value, key
 
 
-@pytest.mark.parametrize("preset", ["small", "paper"])
-def test_proto_paper_pins_the_published_algorithm_under_any_preset(preset):
+@pytest.mark.parametrize("preset", ["small", "demo", "paper"])
+def test_proto_is_the_published_algorithm_and_proto_variant_the_working_variant_under_every_preset(preset):
+    """agent=proto and agent=proto_variant name one algorithm each whatever the preset; the small and demo presets
+    choose the variant, the paper preset the published algorithm."""
     from hydra import compose, initialize_config_module
 
     from protorl.app.cli import register_configs
 
     register_configs()  # the schema the commands' configs build on
-
-    with initialize_config_module(config_module="protorl.conf", version_base="1.3"):
-        paper = compose(config_name="pretrain", overrides=[f"preset={preset}", "agent=proto_paper"])
-        default = compose(config_name="pretrain", overrides=[f"preset={preset}"])
-    for key in VARIANT:
-        assert paper.agent[key] == PAPER_AGENT[key], key
-        assert default.agent[key] == (VARIANT[key] if preset == "small" else PAPER_AGENT[key]), key
-    assert paper.agent.name == default.agent.name == "proto"
-
-
-@pytest.mark.parametrize("preset", ["small", "demo", "paper"])
-def test_proto_variant_is_the_working_variant_under_any_preset_and_proto_the_presets_choice(preset):
-    """agent=proto_paper and agent=proto_variant say which algorithm runs whatever the preset; agent=proto is the
-    preset's choice, the same agent as the one of the two that the run names when it starts."""
-    from hydra import compose, initialize_config_module
-
-    from protorl.app.cli import proto_line, register_configs
-
-    register_configs()  # the schema the commands' configs build on
     with initialize_config_module(config_module="protorl.conf", version_base="1.3"):
         agents = {name: compose(config_name="train", overrides=[f"preset={preset}", f"agent={name}"]).agent
-                  for name in ("proto", "proto_variant", "proto_paper")}
+                  for name in ("proto", "proto_variant")}
+        default = compose(config_name="train", overrides=[f"preset={preset}"]).agent
     for key in VARIANT:
         assert agents["proto_variant"][key] == VARIANT[key], key
-        assert agents["proto_paper"][key] == PAPER_AGENT[key], key
-    chosen = "proto_paper" if preset == "paper" else "proto_variant"
-    assert agents["proto"] == agents[chosen]
-    assert f"as agent={chosen} does under any preset" in proto_line(preset)
+        assert agents["proto"][key] == PAPER_AGENT[key], key
+    assert agents["proto"].actor_anchor_coef == 0  # no departure of the fine-tuning either
+    assert agents["proto"].name == agents["proto_variant"].name == "proto"
+    assert default == agents["proto" if preset == "paper" else "proto_variant"]
     if preset == "demo":  # the main job's fine-tuning comes with the variant under its preset
         assert agents["proto_variant"].actor_anchor_coef > 0
 

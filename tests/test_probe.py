@@ -110,13 +110,13 @@ def test_the_summary_counts_each_run_once():
     """Seeds of a method are its runs; random encoders count once per init seed however many snapshots share
     them (methods whose random encoders score alike share a row), and the observations once per task's frames."""
     results = [probe_result("proto", r2, [0.1, 0.2]) for r2 in (0.1, 0.2, 0.9)]  # mean 0.4, median 0.2
-    results += [probe_result("proto_paper", 0.5, [0.1, 0.2]), probe_result("random", 0.4, [0.1, 0.3])]
+    results += [probe_result("proto_variant", 0.5, [0.1, 0.2]), probe_result("random", 0.4, [0.1, 0.3])]
     groups = summary_groups(results)
-    assert list(groups) == ["proto: encoder (8000 frames)", "proto_paper: encoder (8000 frames)",
-                            "random: encoder (8000 frames)", "randomly initialised encoder (proto, proto_paper)",
+    assert list(groups) == ["proto: encoder (8000 frames)", "proto_variant: encoder (8000 frames)",
+                            "random: encoder (8000 frames)", "randomly initialised encoder (proto, proto_variant)",
                             "randomly initialised encoder (random)", "observation (pooled 16x16)"]
     assert groups["proto: encoder (8000 frames)"] == pytest.approx([0.1, 0.2, 0.9])
-    assert groups["randomly initialised encoder (proto, proto_paper)"] == pytest.approx([0.1, 0.2])
+    assert groups["randomly initialised encoder (proto, proto_variant)"] == pytest.approx([0.1, 0.2])
     assert groups["randomly initialised encoder (random)"] == pytest.approx([0.1, 0.3])
     assert groups["observation (pooled 16x16)"] == pytest.approx([0.5])
     table = summary_table(results, reps=200)
@@ -172,16 +172,16 @@ def test_snapshots_probed_together_share_their_frames_and_random_encoders_and_sc
 
 @pytest.mark.slow
 def test_a_snapshots_method_is_the_agent_config_its_run_was_started_with(snapshot, tmp_path):
-    """Hydra's record of the run names the agent config (proto_paper and proto are both agent.name proto)."""
+    """Hydra's record of the run names the agent config (proto_variant and proto are both agent.name proto)."""
     run_dir = tmp_path / "run"
     (run_dir / "pretrain" / "snapshots").mkdir(parents=True)
     (run_dir / "config.yaml").write_text(snapshot.parent.parent.parent.joinpath("config.yaml").read_text())
     (run_dir / ".hydra").mkdir()
-    (run_dir / ".hydra" / "hydra.yaml").write_text("hydra:\n  runtime:\n    choices:\n      agent: proto_paper\n")
+    (run_dir / ".hydra" / "hydra.yaml").write_text("hydra:\n  runtime:\n    choices:\n      agent: proto_variant\n")
     copy = run_dir / "pretrain" / "snapshots" / snapshot.name
     copy.write_bytes(snapshot.read_bytes())
     config = protorl.load_pretrained(copy, "cpu").config
-    assert protorl.reports.probe.snapshot_method(copy, config) == "proto_paper"
+    assert protorl.reports.probe.snapshot_method(copy, config) == "proto_variant"
     assert protorl.reports.probe.snapshot_method(snapshot, config) == "proto"  # no Hydra record: the agent's name
 
 

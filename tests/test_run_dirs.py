@@ -84,6 +84,16 @@ def test_a_rerun_with_other_settings_is_refused_and_writes_nothing(straight, tmp
     assert tree(run_dir) == before
 
 
+def test_a_rerun_of_the_variant_as_agent_proto_is_told_the_variants_name(straight, tmp_path):
+    """preset=small runs the working variant (agent=proto_variant); agent=proto is the published algorithm, so a
+    rerun naming agent=proto is another run, and the refusal names both."""
+    run_dir = copy_of(straight, tmp_path)
+    before = tree(run_dir)
+    error = assert_user_error(run("pretrain", *RUN, "agent=proto", run_dir=run_dir), "other settings",
+                              "agent.anti_collapse='center' (now 'none')", "agent=proto_variant")
+    assert tree(run_dir) == before
+
+
 def test_a_rerun_with_the_same_settings_continues(straight, tmp_path):
     """Keys that change how a run is watched (progress bar, checkpointing) may differ."""
     run_dir = copy_of(straight, tmp_path)

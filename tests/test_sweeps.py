@@ -121,7 +121,7 @@ def test_rerunning_a_sweep_with_other_settings_is_refused_before_any_job(tmp_pat
     assert result.returncode == 2, result.stderr
     error = result.stderr[result.stderr.index("protorl: error:"):].splitlines()
     assert error[0] == "protorl: error: 2 of the sweep's 2 jobs would stop, nothing has run:"
-    assert "0_proto_point_mass_easy_seed1 holds a run with other settings" in error[1]
+    assert "0_proto_variant_point_mass_easy_seed1 holds a run with other settings" in error[1]
     assert {path: path.read_bytes() for path in sweep_dir.rglob("train.csv")} == logs
 
 
@@ -132,7 +132,7 @@ def test_a_sweep_of_an_experiment_preset_is_checked_job_by_job_as_hydra_expands_
     error = result.stderr[result.stderr.index("protorl: error:"):].splitlines()
     assert error[0] == "protorl: error: 20 of the sweep's 20 jobs would stop, nothing has run:"
     assert error[-1].strip() == "and 15 more" and len(error) == 7
-    assert "job 0 (task=cartpole_balance agent=proto seed=1 experiment=fig4_small pretrain_frames=-5)" in error[1]
+    assert "job 0 (task=cartpole_balance agent=proto_variant seed=1 experiment=fig4_small pretrain_frames=-5)" in error[1]
     assert not sweep_dir.exists()
 
 

@@ -36,11 +36,11 @@ TINY = ["env.image_size=32", "env.action_repeat=8", "training.seed_transitions=2
 PROTO_SIZES = ["agent.num_prototypes=16", "agent.candidates_per_prototype=2", "agent.proj_dim=16",
                "agent.pred_hidden_dim=32"]
 RUNS = {  # name -> overrides of protorl-train
+    "proto_variant": ["agent=proto_variant", *PROTO_SIZES, "pretrain_frames=2000", "finetune_frames=2000",
+                      "analyses.every_frames=1000", "task=point_mass_maze_explore",
+                      "finetune_tasks=[point_mass_maze_reach_top_left]"],
     "proto": ["agent=proto", *PROTO_SIZES, "pretrain_frames=2000", "finetune_frames=2000",
-              "analyses.every_frames=1000", "task=point_mass_maze_explore",
-              "finetune_tasks=[point_mass_maze_reach_top_left]"],
-    "proto_paper": ["agent=proto_paper", *PROTO_SIZES, "pretrain_frames=2000", "finetune_frames=2000",
-                    "analyses.every_frames=null"],
+              "analyses.every_frames=null"],
     "random": ["agent=random", "pretrain_frames=2000", "finetune_frames=2000", "analyses.every_frames=null"],
     "icm": ["agent=icm", "pretrain_frames=2000", "finetune_frames=2000", "analyses.every_frames=null"],
     "apt": ["agent=apt", "agent.knn_k=3", "pretrain_frames=2000", "finetune_frames=2000",

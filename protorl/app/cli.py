@@ -67,18 +67,6 @@ def plan_command(settings: DictConfig, command: str, overrides: Sequence[str],
     return plan_run(configured(None, fields), command, named_keys(overrides), on_this_machine)
 
 
-def proto_line(preset: str) -> str:
-    """What `agent=proto` runs under `preset`, and the names that say which whatever the preset: the working variant
-    where the preset has a file `agent_preset/proto_<preset>.yaml`, Proto-RL as published otherwise."""
-    from importlib.resources import files
-
-    if files("protorl.conf").joinpath("agent_preset", f"proto_{preset}.yaml").is_file():
-        return (f"agent=proto under preset={preset} runs Proto-RL's working variant, as agent=proto_variant does "
-                "under any preset (agent=proto_paper: Proto-RL as published)")
-    return (f"agent=proto under preset={preset} runs Proto-RL as published, as agent=proto_paper does under any "
-            "preset (agent=proto_variant: its working variant)")
-
-
 def _settings(config: DictConfig, run_dir: str) -> DictConfig:
     """The run's settings of a config Hydra composed: without Hydra's node, in `run_dir`."""
     keys = [key for key in config if key not in ("hydra", "run_dir")]
@@ -161,9 +149,6 @@ class Command:
         from protorl.storage.run_files import PRETRAIN_DIR
 
         plan, self.plan = self.plan, None
-        choices = HydraConfig.get().runtime.choices
-        if choices.get("agent") == "proto":  # the preset's choice: the run says which
-            log.info(proto_line(choices.get("preset")))
         try:
             plan = plan or plan_command(settings, self.name, HydraConfig.get().overrides.task)
             run_dir = Path(plan.config.run_dir).resolve()

@@ -129,8 +129,17 @@ def hydra_message(error: Exception) -> str:
     return one_line(error)
 
 
+# Options of a config group renamed, and what to write instead
+RENAMED_OPTIONS = {"agent/proto_paper": "agent=proto (Proto-RL as published, under every preset; agent=proto_variant: "
+                                        "its working variant)"}
+
+
 def _missing_option(error: MissingConfigException) -> str:
-    """A config group's unknown option (`group=name`) as one line: the options there are, and the closest."""
+    """A config group's unknown option (`group=name`) as one line: what replaced a renamed one, otherwise the
+    options there are and the closest."""
+    if error.missing_cfg_file in RENAMED_OPTIONS:
+        group, _, name = error.missing_cfg_file.partition("/")
+        return f"{group}={name} is now {RENAMED_OPTIONS[error.missing_cfg_file]} (CHANGELOG.md)"
     group, _, name = (error.missing_cfg_file or "").rpartition("/")
     if not group or not error.options:
         return one_line(error)

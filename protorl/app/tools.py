@@ -126,7 +126,7 @@ def aggregate(argv: list[str] | None = None) -> None:
     parser.add_argument("--out", type=Path, default=Path("aggregate"), help="output directory (default: aggregate)")
     parser.add_argument("--group-by", nargs="+", default=["agent.name"], metavar="KEY",
                         help="dotted config keys whose values label a method (default: agent.name); "
-                             "'agent': the agent config chosen, e.g. proto_paper vs proto")
+                             "'agent': the agent config chosen, e.g. proto vs proto_variant")
     parser.add_argument("--reps", type=int, default=2000, help="bootstrap replications (default: 2000)")
     parser.add_argument("--seed", type=int, default=0, help="numpy seed of the bootstrap (default: 0)")
     parser.add_argument("--metric", default=None, metavar="COLUMN",

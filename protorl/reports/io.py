@@ -50,9 +50,20 @@ def read_result(phase: Path) -> dict | None:
         return None
 
 
+# Runs started before `agent=proto` meant Proto-RL as published under every preset record the preset's files in
+# `agent_preset@agent`: there agent=proto_paper was the published algorithm, and agent=proto under these files the
+# working variant (agent=proto_variant today)
+_BEFORE_RENAME = {"proto_paper": "proto"}
+_VARIANT_FILES_BEFORE_RENAME = {"proto_small", "proto_demo"}
+
+
 def agent_choice(run_dir: Path, config: DictConfig) -> str:
-    """The agent config a run was started with (`agent=proto_paper` and `agent=proto` are both agent.name
-    "proto"), from Hydra's record of the run; its agent.name if the run has none."""
+    """The agent config a run was started with, by today's names (`agent=proto_variant` and `agent=proto` are both
+    agent.name "proto"), from Hydra's record of the run; its agent.name if the run has none."""
     hydra_file = run_dir / ".hydra" / "hydra.yaml"
-    choice = OmegaConf.load(hydra_file).hydra.runtime.choices.get("agent") if hydra_file.is_file() else None
+    choices = OmegaConf.load(hydra_file).hydra.runtime.choices if hydra_file.is_file() else {}
+    choice = choices.get("agent")
+    if "agent_preset@agent" in choices:  # started before the rename
+        variant = choice == "proto" and choices["agent_preset@agent"] in _VARIANT_FILES_BEFORE_RENAME
+        choice = "proto_variant" if variant else _BEFORE_RENAME.get(choice, choice)
     return str(choice or OmegaConf.select(config, "agent.name", default=""))

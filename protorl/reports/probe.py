@@ -51,7 +51,7 @@ def randomly_initialised(pretrained: Pretrained, seed: int) -> Pretrained:
 @dataclass
 class ProbeResult:
     """R^2 per state dimension for each kind of features (rows), on `samples` frames of `task`, for the snapshot
-    of `method` (the agent config it was pre-trained with, e.g. proto_paper) after `pretrain_frames` frames."""
+    of `method` (the agent config it was pre-trained with, e.g. proto_variant) after `pretrain_frames` frames."""
 
     task: str
     samples: int
@@ -147,7 +147,7 @@ def probe_rows(pretrained: Pretrained, frames: ProbeFrames, frames_key: tuple, i
 
 
 def snapshot_method(path: Path, config: dict) -> str:
-    """The agent config a snapshot's run was started with (`proto_paper`, `proto`, ...) when the snapshot lies in
+    """The agent config a snapshot's run was started with (`proto`, `proto_variant`, ...) when the snapshot lies in
     its run directory (`<run>/pretrain/snapshots/`), else its agent's name."""
     run_dir = path.resolve().parent.parent.parent
     if path.resolve().parent.name == "snapshots" and (run_dir / CONFIG_FILE).is_file():

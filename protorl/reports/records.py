@@ -159,7 +159,7 @@ def discover_runs(paths: list[Path]) -> list[Path]:
 
 def method_label(config: DictConfig, group_by: list[str], run_dir: Path) -> str:
     """The value alone for one key (`--group-by agent.name`, `--group-by agent`: the agent config chosen, e.g.
-    proto_paper), otherwise `key=value` parts joined by spaces."""
+    proto_variant), otherwise `key=value` parts joined by spaces."""
     absent = object()
     values = [agent_choice(run_dir, config) if key == "agent" else OmegaConf.select(config, key, default=absent)
               for key in group_by]

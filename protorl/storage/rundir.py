@@ -207,8 +207,11 @@ def _check_contract(run_dir: Path, config: Config, delete: bool = True) -> None:
     differences = config_differences(saved, config)
     if differences:
         shown = "; ".join(differences[:6]) + (f"; and {len(differences) - 6} more" if len(differences) > 6 else "")
+        variant = any(d.startswith("agent.anti_collapse=") for d in differences) and saved.agent.name == "proto"
+        hint = (" (agent=proto_variant: Proto-RL's working variant, agent=proto: as published, under every preset)"
+                if variant else "")
         raise RunDirError(f"run directory {run_dir} holds a run with other settings: {shown}. Rerun it with its "
-                          f"own settings ({run_dir / CONFIG_FILE}), choose {ELSEWHERE}, or add "
+                          f"own settings ({run_dir / CONFIG_FILE}){hint}, choose {ELSEWHERE}, or add "
                           "start_over=true to delete its data")
 
 
