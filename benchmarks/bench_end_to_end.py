@@ -57,8 +57,8 @@ def timed_phase(cfg: Config, phase: str, out_dir: Path, warmup: int, pretrained:
     """Frames per second of `phase` after its seed transitions and `warmup` more frames."""
     from protorl.training import Trainer, phase_of
 
-    kind = "pretrain" if phase == "pretrain" else "finetune" if pretrained is not None else "scratch"
-    trainer = Trainer(cfg, phase_of(cfg, kind, cfg.task), out_dir, pretrained=pretrained)
+    mode = "pretrain" if phase == "pretrain" else "frozen" if pretrained is not None else "online"
+    trainer = Trainer(cfg, phase_of(cfg, mode, cfg.task), out_dir, pretrained=pretrained)
     watch = Stopwatch(cfg.training.seed_transitions * cfg.env.action_repeat + warmup)
     trainer.callbacks.insert(0, watch)  # its phase end comes before the final evaluation's
     trainer.run()

@@ -78,3 +78,15 @@ def test_an_os_error_without_a_file_names_the_file_open_where_it_was_raised(tmp_
     assert file_of(raised.value) == str(tmp_path / "multirun.yaml")
     assert exit_status(raised.value) == (USER_ERROR_STATUS,
                                          f"I/O error on {tmp_path / 'multirun.yaml'}: No space left on device")
+
+
+def test_output_closed_by_its_reader_ends_the_command_quietly(tmp_path):
+    """`protorl-train --help | head -1`: the reader stops before the command writes; no error line, no traceback."""
+    from tests.runs import command_line
+
+    process = subprocess.Popen(command_line("train", "--help", run_dir=tmp_path / "run"), env=environment(),
+                               cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    process.stdout.close()  # before the command has started writing (its imports take a second)
+    stderr = process.communicate(timeout=120)[1].decode()
+    assert process.returncode == 1, stderr
+    assert stderr == "", stderr

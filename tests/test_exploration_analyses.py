@@ -98,9 +98,9 @@ def test_downstream_seed_transitions_come_from_the_pretrained_actor(tmp_path):
                 "action_repeat": 8}
     snapshot = {"agent": explorer.representation_state(), "env_spec": env_spec,
                 "config": {"agent": dataclasses.asdict(cfg.agent)}, "frames": 1000}
-    seeded = Trainer(cfg, phase_of(cfg, "finetune"), tmp_path / "from_snapshot", snapshot)
+    seeded = Trainer(cfg, phase_of(cfg, "frozen"), tmp_path / "from_snapshot", snapshot)
     seeded.run()
-    plain = Trainer(dataclasses.replace(cfg, agent=tiny_config("drq")), phase_of(cfg, "scratch"),
+    plain = Trainer(dataclasses.replace(cfg, agent=tiny_config("drq")), phase_of(cfg, "online"),
                     tmp_path / "no_pretraining")
     plain.run()
     for trainer, actor in ((seeded, True), (plain, False)):

@@ -13,35 +13,35 @@ TASKS = ["walker_stand", "walker_walk"]
 
 def plan(agent: str, command: str, snapshot_given: bool = False, **fields) -> list[tuple[str, str, str]]:
     cfg = Config(agent=agent_config(AgentConfig(name=agent)), task="walker_stand", **fields)
-    return [(p.kind, p.task, p.dir_name) for p in planned_phases(cfg, command, snapshot_given)]
+    return [(p.mode, p.task, p.dir_name) for p in planned_phases(cfg, command, snapshot_given)]
 
 
 def test_train_pretrains_then_finetunes_each_task_then_compares_without_pretraining():
     assert plan("proto", "train", finetune_tasks=TASKS, compare_without_pretraining=True) == [
         ("pretrain", "walker_stand", "pretrain"),
-        ("finetune", "walker_stand", "finetune_walker_stand"), ("finetune", "walker_walk", "finetune_walker_walk"),
-        ("scratch", "walker_stand", "finetune_scratch_walker_stand"),
-        ("scratch", "walker_walk", "finetune_scratch_walker_walk"),
+        ("frozen", "walker_stand", "finetune_walker_stand"), ("frozen", "walker_walk", "finetune_walker_walk"),
+        ("online", "walker_stand", "finetune_scratch_walker_stand"),
+        ("online", "walker_walk", "finetune_scratch_walker_walk"),
     ]
 
 
 def test_without_pretraining_the_downstream_phase_learns_everything_in_its_usual_folder():
     assert plan("proto", "train", pretrain_frames=0, compare_without_pretraining=True) == [
-        ("scratch", "walker_stand", "finetune")]
-    assert plan("drq", "train") == [("scratch", "walker_stand", "finetune")]
-    assert plan("proto", "finetune") == [("scratch", "walker_stand", "finetune")]
+        ("online", "walker_stand", "finetune")]
+    assert plan("drq", "train") == [("online", "walker_stand", "finetune")]
+    assert plan("proto", "finetune") == [("online", "walker_stand", "finetune")]
 
 
 @pytest.mark.parametrize("agent", ["random", "icm", "apt"])
 def test_the_comparison_is_skipped_for_agents_without_a_mode_without_pretraining(agent):
     assert plan(agent, "finetune", snapshot_given=True, compare_without_pretraining=True) == [
-        ("finetune", "walker_stand", "finetune")]
+        ("frozen", "walker_stand", "finetune")]
 
 
 def test_pretrain_runs_one_phase_on_the_pretraining_task():
     assert plan("proto", "pretrain", pretrain_task="walker_run", finetune_tasks=TASKS) == [
         ("pretrain", "walker_run", "pretrain")]
-    assert [kind for kind, _, _ in plan("proto", "finetune", snapshot_given=True)] == ["finetune"]
+    assert [mode for mode, _, _ in plan("proto", "finetune", snapshot_given=True)] == ["frozen"]
 
 
 def test_the_plan_of_a_run_holds_its_checked_config_and_the_phases_the_trainer_runs(tmp_path):
@@ -53,9 +53,9 @@ def test_the_plan_of_a_run_holds_its_checked_config_and_the_phases_the_trainer_r
     from tests.agents import tiny
 
     plan = plan_run(tiny(tmp_path / "run", compare_without_pretraining=True), "train")
-    assert [(p.kind, p.dir_name, p.agent_mode) for p in plan.phases] == [
-        ("pretrain", "pretrain", "pretrain"), ("finetune", "finetune", "frozen"),
-        ("scratch", "finetune_scratch_point_mass_easy", "online")]
+    assert [(p.mode, p.dir_name, p.phase) for p in plan.phases] == [
+        ("pretrain", "pretrain", "pretrain"), ("frozen", "finetune", "finetune"),
+        ("online", "finetune_scratch_point_mass_easy", "finetune")]
     assert plan.pretrained is None
     modes, make_agent = [], loop.make_agent
 
@@ -68,7 +68,7 @@ def test_the_plan_of_a_run_holds_its_checked_config_and_the_phases_the_trainer_r
         results = run_plan(plan)
     finally:
         loop.make_agent = make_agent
-    assert modes == [p.agent_mode for p in plan.phases]
+    assert modes == [p.mode for p in plan.phases]
     assert [r.out_dir.name for r in results] == [p.dir_name for p in plan.phases]
     assert [r.frames for r in results] == [p.frames for p in plan.phases]
 
@@ -78,7 +78,7 @@ def test_a_trainer_refuses_a_phase_its_snapshot_does_not_fit(tmp_path):
     from tests.agents import tiny
 
     cfg = tiny(tmp_path)
-    with pytest.raises(ValueError, match="a finetune phase needs pre-trained snapshot"):
-        Trainer(cfg, phase_of(cfg, "finetune"), tmp_path / "finetune")
-    with pytest.raises(ValueError, match="a pretrain phase takes no pre-trained snapshot"):
+    with pytest.raises(ValueError, match="a phase in mode frozen needs pre-trained snapshot"):
+        Trainer(cfg, phase_of(cfg, "frozen"), tmp_path / "finetune")
+    with pytest.raises(ValueError, match="a phase in mode pretrain takes no pre-trained snapshot"):
         Trainer(cfg, phase_of(cfg, "pretrain"), tmp_path / "pretrain", pretrained={"agent": {}})

@@ -89,8 +89,8 @@ def test_a_rerun_of_the_variant_as_agent_proto_is_told_the_variants_name(straigh
     rerun naming agent=proto is another run, and the refusal names both."""
     run_dir = copy_of(straight, tmp_path)
     before = tree(run_dir)
-    error = assert_user_error(run("pretrain", *RUN, "agent=proto", run_dir=run_dir), "other settings",
-                              "agent.anti_collapse='center' (now 'none')", "agent=proto_variant")
+    assert_user_error(run("pretrain", *RUN, "agent=proto", run_dir=run_dir), "other settings",
+                      "agent.anti_collapse='center' (now 'none')", "agent=proto_variant")
     assert tree(run_dir) == before
 
 

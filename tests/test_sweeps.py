@@ -132,7 +132,8 @@ def test_a_sweep_of_an_experiment_preset_is_checked_job_by_job_as_hydra_expands_
     error = result.stderr[result.stderr.index("protorl: error:"):].splitlines()
     assert error[0] == "protorl: error: 20 of the sweep's 20 jobs would stop, nothing has run:"
     assert error[-1].strip() == "and 15 more" and len(error) == 7
-    assert "job 0 (task=cartpole_balance agent=proto_variant seed=1 experiment=fig4_small pretrain_frames=-5)" in error[1]
+    job = "job 0 (task=cartpole_balance agent=proto_variant seed=1 experiment=fig4_small pretrain_frames=-5)"
+    assert job in error[1]
     assert not sweep_dir.exists()
 
 

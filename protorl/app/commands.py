@@ -79,7 +79,7 @@ def run_plan(plan: RunPlan) -> list[PhaseResult]:
         device = prepare_process(config.runtime)
         log.info("run directory %s, device %s", run_dir, device)
         wandb_run = start_run(config.logging, run_dir, OmegaConf.to_container(OmegaConf.structured(config)))
-        from_snapshot = any(phase.kind == "finetune" for phase in plan.phases)
+        from_snapshot = any(phase.mode == "frozen" for phase in plan.phases)
         if plan.command == "train" and not from_snapshot:
             log.info("no pre-training (agent=%s, pretrain_frames=%d): the downstream agent learns its representation "
                      "by its own rule while it learns the task", config.agent.name, config.pretrain_frames)
@@ -89,9 +89,9 @@ def run_plan(plan: RunPlan) -> list[PhaseResult]:
         results, pretrained = [], plan.pretrained
         try:
             for phase in plan.phases:
-                if phase.kind == "finetune" and pretrained is None:  # the pre-training's last snapshot, just written
+                if phase.mode == "frozen" and pretrained is None:  # the pre-training's last snapshot, just written
                     pretrained = load_snapshot(results[-1].snapshots[-1])
-                start = pretrained if phase.kind == "finetune" else None
+                start = pretrained if phase.mode == "frozen" else None
                 results.append(run_phase(config, phase, run_dir / phase.dir_name, start, wandb_run))
         finally:
             finish_run(wandb_run)

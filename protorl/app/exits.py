@@ -1,7 +1,7 @@
 """How a command ends for its user, decided here for every error: one `protorl: error:` line and exit status 2 for
 what the user can fix (a setting, a file, Hydra's own complaint about the command line, a GPU's memory), 3 for a
-training that diverged, one line and 130 for Ctrl-C, one line and 1 for a sweep whose job's process was killed;
-anything else is a bug and keeps its traceback."""
+training that diverged, one line and 130 for Ctrl-C, one line and 1 for a sweep whose job's process was killed,
+nothing and 1 when what reads the output closes it (`| head`); anything else is a bug and keeps its traceback."""
 
 from __future__ import annotations
 
@@ -76,6 +76,9 @@ def exit_for(error: BaseException) -> NoReturn:
     """End the command for `error` as `exit_status` says (Ctrl-C: `exit_interrupted`); re-raise a bug's error."""
     if isinstance(error, KeyboardInterrupt):
         exit_interrupted(error)
+    if isinstance(error, BrokenPipeError):  # what reads the output stopped (`| head`): nothing to tell it
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # and nothing left to flush at exit
+        sys.exit(1)
     ending = exit_status(error)
     if ending is None:
         raise error

@@ -48,14 +48,14 @@ def preflight(config: Config, phases: Sequence[PlannedPhase], pretrained: dict |
     if config.runtime.threads is not None:
         torch.set_num_threads(config.runtime.threads)  # as the run will
     try:
-        for phase in phases:  # the tasks of a domain share their shapes: one of each kind of phase
-            if phase.kind in timed:
+        for phase in phases:  # the tasks of a domain share their shapes: one phase of each mode
+            if phase.mode in timed:
                 continue
             env = make_env(phase.task, config.env, seed=config.seed)
             try:
                 time_step = env.reset()  # from pixels, its renderer starts before anything is written
                 _check_replay(config, phase, env, device, pretrained)
-                timed[phase.kind] = _time_phase(config, phase, env, time_step, device) if timing else None
+                timed[phase.mode] = _time_phase(config, phase, env, time_step, device) if timing else None
             finally:
                 env.close()
     finally:
@@ -64,11 +64,11 @@ def preflight(config: Config, phases: Sequence[PlannedPhase], pretrained: dict |
         return None
     seconds, parts = 0.0, []
     for phase in phases:
-        update_s, step_s = timed[phase.kind]
+        update_s, step_s = timed[phase.mode]
         steps = phase.frames // config.env.action_repeat
         seconds += updates[phase] * update_s + steps * step_s
-        parts.append(f"{phase.kind}: {updates[phase]} updates at {update_s * 1e3:.1f} ms and {steps} agent steps at "
-                     f"{step_s * 1e3:.1f} ms")
+        parts.append(f"{phase.dir_name}: {updates[phase]} updates at {update_s * 1e3:.1f} ms and {steps} agent steps "
+                     f"at {step_s * 1e3:.1f} ms")
     estimate = (f"at least {duration_text(seconds)} on this machine's {'GPU' if device.type == 'cuda' else 'CPU'} "
                 f"({'; '.join(parts)}, timed here; evaluations, analyses and logging not counted)")
     if config.runtime.max_hours is not None and seconds > config.runtime.max_hours * HOUR_S:
@@ -112,12 +112,12 @@ def _check_replay(config: Config, phase: PlannedPhase, env: Env, device: torch.d
                           "GiB of memory and swap; lower replay.capacity")
     written = min(config.replay.capacity, 2 * (phase.frames // config.env.action_repeat) + 1)  # a slot per step
     copied = (config.checkpoints.every_frames or config.checkpoints.every_minutes  # and per episode's first frame
-              or (phase.kind == "pretrain" and config.snapshots.with_replay))
+              or (phase.mode == "pretrain" and config.snapshots.with_replay))
     needed = (2 if copied else 1) * written * slot
-    if phase.kind == "finetune" and config.replay.pretrain_data_share > 0:  # the snapshot's replay, relabelled
+    if phase.mode == "frozen" and config.replay.pretrain_data_share > 0:  # the snapshot's replay, relabelled
         needed += payload_bytes(pretrained.get("replay", {})) if pretrained is not None else 2 * written * slot
     if needed > memory["MemAvailable"]:
-        raise ConfigError(f"this run's replay would need about {needed / GIB:.1f} GiB ({phase.kind}) and "
+        raise ConfigError(f"this run's replay would need about {needed / GIB:.1f} GiB ({phase.dir_name}) and "
                           f"{memory['MemAvailable'] / GIB:.1f} GiB are available; lower replay.capacity or the "
                           "frames")
 
@@ -127,7 +127,7 @@ def _time_phase(config: Config, phase: PlannedPhase, env: Env, time_step, device
     """(seconds per update, seconds per agent step: the policy's action and the environment's step) of `phase`, in
     `env` from its first `time_step`."""
     agent_cfg = agent_config(config.agent)
-    agent = make_agent(agent_cfg, env.obs_type, env.obs_shape, env.action_shape, device, phase.agent_mode)
+    agent = make_agent(agent_cfg, env.obs_type, env.obs_shape, env.action_shape, device, phase.mode)
     started = time.perf_counter()
     for _ in range(TIMED_ENV_STEPS):
         time_step = env.step(agent.act(time_step.obs, sample=True))

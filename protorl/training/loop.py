@@ -48,12 +48,12 @@ class Trainer:
     def __init__(self, config: Config, planned: PlannedPhase, out_dir: Path, pretrained: dict | None = None,
                  tracker: PhaseTracker | None = None):
         """`planned`: the phase, as the run's plan made it (`protorl.training.phases`); `pretrained`: for a
-        fine-tuning from a snapshot (kind "finetune"), the snapshot read by
-        `protorl.storage.snapshots.load_snapshot`; without one (kind "scratch") the downstream agent learns its
+        fine-tuning from a snapshot (mode "frozen"), the snapshot read by
+        `protorl.storage.snapshots.load_snapshot`; without one (mode "online") the downstream agent learns its
         representation by its own rule while it learns the task (DrQ; Proto-RL online, figure 14). `tracker`: also
         send the logs to a W&B run (`protorl.logs.tracking.phase_tracker`)."""
-        if (planned.kind == "finetune") != (pretrained is not None):
-            raise ValueError(f"a {planned.kind} phase {'needs' if planned.kind == 'finetune' else 'takes no'} "
+        if (planned.mode == "frozen") != (pretrained is not None):
+            raise ValueError(f"a phase in mode {planned.mode} {'needs' if planned.mode == 'frozen' else 'takes no'} "
                              "pre-trained snapshot")
         phase, task = planned.phase, planned.task
         self.config, self.phase, self.task, self.out_dir = config, phase, task, out_dir
@@ -64,7 +64,7 @@ class Trainer:
         self.env_thread = EnvThread(self.env, threaded=config.runtime.overlap_env_step)
         self.eval_env = make_env(task, config.env, seed=config.seed + EVAL_SEED_OFFSET)
         self.agent = make_agent(config.agent, self.env.obs_type, self.env.obs_shape, self.env.action_shape,
-                                self.device, planned.agent_mode)
+                                self.device, planned.mode)
         if pretrained is not None:
             source = Path(pretrained.get("path", "<snapshot>"))
             check_architecture(source, pretrained["config"].get("agent", {}), config.agent)

@@ -11,22 +11,19 @@ from protorl.storage.run_files import PRETRAIN_DIR, downstream_dir_name, scratch
 
 @dataclass(frozen=True)
 class PlannedPhase:
-    """One phase of a run: what it is, on which task, for how many frames, in which folder of the run directory."""
+    """One phase of a run: the mode its agent learns in, on which task, for how many frames, in which folder of the
+    run directory."""
 
-    kind: str  # "pretrain"; "finetune": from the pre-trained snapshot; "scratch": without pre-training
+    mode: str  # `protorl.agents.MODES`: "pretrain"; "frozen": downstream from the snapshot; "online": without one
     task: str
     dir_name: str  # in the run directory
     frames: int  # env frames
 
     @property
     def phase(self) -> str:
-        """What the trainer and the phase's result call it: "pretrain" or "finetune" (with or without a snapshot)."""
-        return "pretrain" if self.kind == "pretrain" else "finetune"
-
-    @property
-    def agent_mode(self) -> str:
-        """The mode the phase's agent is made in (`protorl.agents.MODES`)."""
-        return {"pretrain": "pretrain", "finetune": "frozen", "scratch": "online"}[self.kind]
+        """The protocol's phase, as the trainer and the phase's result name it: "pretrain" or "finetune" (from a
+        snapshot or not)."""
+        return "pretrain" if self.mode == "pretrain" else "finetune"
 
 
 def planned_phases(config: Config, command: str, snapshot_given: bool) -> list[PlannedPhase]:
@@ -38,23 +35,23 @@ def planned_phases(config: Config, command: str, snapshot_given: bool) -> list[P
                                    config.pretrain_frames))
     if command in ("finetune", "train"):
         has_snapshot = snapshot_given or bool(phases)
-        kind = "finetune" if has_snapshot else "scratch"  # without a snapshot, the downstream agent learns it all
-        phases += [PlannedPhase(kind, task, downstream_dir_name(config, task), config.finetune_frames)
+        mode = "frozen" if has_snapshot else "online"  # without a snapshot, the downstream agent learns it all
+        phases += [PlannedPhase(mode, task, downstream_dir_name(config, task), config.finetune_frames)
                    for task in downstream_tasks(config)]
         if has_snapshot and compares_without_pretraining(config):
-            phases += [PlannedPhase("scratch", task, scratch_dir_name(task), config.finetune_frames)
+            phases += [PlannedPhase("online", task, scratch_dir_name(task), config.finetune_frames)
                        for task in downstream_tasks(config)]
     return phases
 
 
-def phase_of(config: Config, kind: str, task: str | None = None) -> PlannedPhase:
-    """A phase of `kind` ("pretrain", "finetune" or "scratch") on `task` with the frames of `config`, for a Trainer
-    built by hand (default task: the pre-training's, or the downstream `task`)."""
-    task = task or (config.pretrain_task or config.task if kind == "pretrain" else config.task)
-    frames = config.pretrain_frames if kind == "pretrain" else config.finetune_frames
-    dir_name = {"pretrain": PRETRAIN_DIR, "finetune": downstream_dir_name(config, task),
-                "scratch": scratch_dir_name(task)}[kind]
-    return PlannedPhase(kind, task, dir_name, frames)
+def phase_of(config: Config, mode: str, task: str | None = None) -> PlannedPhase:
+    """A phase whose agent learns in `mode` ("pretrain", "frozen" or "online") on `task` with the frames of
+    `config`, for a Trainer built by hand (default task: the pre-training's, or the downstream `task`)."""
+    task = task or (config.pretrain_task or config.task if mode == "pretrain" else config.task)
+    frames = config.pretrain_frames if mode == "pretrain" else config.finetune_frames
+    dir_name = {"pretrain": PRETRAIN_DIR, "frozen": downstream_dir_name(config, task),
+                "online": scratch_dir_name(task)}[mode]
+    return PlannedPhase(mode, task, dir_name, frames)
 
 
 def compares_without_pretraining(config: Config) -> bool:
