@@ -86,7 +86,7 @@ def plan_run(config: Config, command: str, named: Collection[str] = (), on_this_
     config = dataclasses.replace(config, agent=agent_config(config.agent))  # as the run directory records it
     pretrained = None
     if command == "finetune" and config.snapshot:  # refuse a missing, changed or mismatched snapshot before any work
-        pretrained = load_snapshot(config.snapshot, agent_config=config.agent)
+        pretrained = load_snapshot(config.snapshot, agent=config.agent)
         for task in downstream_tasks(config):
             check_spec(Path(config.snapshot), pretrained["env_spec"], make_env(task, config.env, seed=0).spec())
         if config.replay.pretrain_data_share > 0 and "replay" not in pretrained:

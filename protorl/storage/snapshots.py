@@ -44,7 +44,7 @@ def save_snapshot(path: Path, agent_state: dict, env_spec: dict, config: dict, f
 
 
 
-def load_snapshot(path: str | Path, env_spec: dict | None = None, agent_config: AgentConfig | None = None) -> dict:
+def load_snapshot(path: str | Path, env_spec: dict | None = None, agent: AgentConfig | None = None) -> dict:
     """Read a snapshot, checked against its digest and for every network and statistic its agent needs; check
     it was made for a matching env spec and agent architecture, if given. The payload also holds the file's
     `path` and `sha256`: the digest written with it, or for a snapshot written before digests existed the SHA-256
@@ -65,8 +65,8 @@ def load_snapshot(path: str | Path, env_spec: dict | None = None, agent_config: 
     check_weights_finite(path, payload["agent"])
     if env_spec is not None:
         check_spec(path, payload["env_spec"], env_spec)
-    if agent_config is not None:
-        check_architecture(path, payload["config"]["agent"], agent_config)
+    if agent is not None:
+        check_architecture(path, payload["config"]["agent"], agent)
     payload["path"] = str(path)
     payload["sha256"] = digest or file_sha256(path)
     return payload
@@ -177,14 +177,14 @@ def check_spec(path: Path, saved: dict, current: dict) -> None:
                             + "; ".join(differences))
 
 
-def check_architecture(path: Path, saved_agent: dict, agent_config: AgentConfig) -> None:
-    """Raise `SnapshotError` if the snapshot's networks were built with other sizes than `agent_config`."""
-    if saved_agent.get("name") != agent_config.name:
+def check_architecture(path: Path, saved_agent: dict, agent: AgentConfig) -> None:
+    """Raise `SnapshotError` if the snapshot's networks were built with other sizes than `agent`."""
+    if saved_agent.get("name") != agent.name:
         raise SnapshotError(f"snapshot {path} was pre-trained by agent {saved_agent.get('name')!r}, not "
-                            f"{agent_config.name!r}: pass agent={saved_agent.get('name')} to finetune")
-    differences = [f"agent.{key}={saved_agent.get(key)!r} in the snapshot, {getattr(agent_config, key)!r} here"
-                   for key in architecture_keys(agent_class(agent_config.name).config_class)
-                   if saved_agent.get(key) != getattr(agent_config, key)]
+                            f"{agent.name!r}: pass agent={saved_agent.get('name')} to finetune")
+    differences = [f"agent.{key}={saved_agent.get(key)!r} in the snapshot, {getattr(agent, key)!r} here"
+                   for key in architecture_keys(agent_class(agent.name).config_class)
+                   if saved_agent.get(key) != getattr(agent, key)]
     if differences:
         raise SnapshotError(f"snapshot {path} was pre-trained with other network sizes; pass the snapshot's "
                             "values to finetune: " + "; ".join(differences))
