@@ -16,10 +16,10 @@ class Snapshots(Callback):
     """Writes the agent's representation to snapshots/snapshot_<frames>.pt (pre-training only), with the replay
     buffer if `snapshots.with_replay`, and lists it in the result."""
 
-    def __init__(self, cfg: SnapshotsConfig, run_config: dict, context: PhaseContext, total_frames: int, env: Env,
+    def __init__(self, cfg: SnapshotsConfig, settings: dict, context: PhaseContext, total_frames: int, env: Env,
                  agent: Agent, replay: ReplayBuffer, result: PhaseResult):
-        """`run_config`: the run's whole config as plain data, recorded in each snapshot."""
-        self.cfg, self.run_config, self.context = cfg, run_config, context
+        """`settings`: the run's settings as plain data (its config), recorded in each snapshot."""
+        self.cfg, self.settings, self.context = cfg, settings, context
         self.env, self.agent, self.replay, self.result = env, agent, replay, result
         self.takes_snapshots = result.phase == "pretrain"
         self.pending_frames = sorted(f for f in cfg.at_frames if f < total_frames)
@@ -36,7 +36,7 @@ class Snapshots(Callback):
     def save(self, frames: int) -> None:
         self.context.check_finite(frames)
         path = save_snapshot(self.result.out_dir / "snapshots" / f"snapshot_{frames}.pt",
-                             self.agent.snapshot_state(), self.env.spec(), self.run_config, frames,
+                             self.agent.snapshot_state(), self.env.spec(), self.settings, frames,
                              replay=self.replay.state_dict() if self.cfg.with_replay else None)
         self.result.snapshots.append(path)
 
