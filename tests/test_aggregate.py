@@ -412,8 +412,8 @@ def test_group_by_agent_labels_the_agent_config_chosen(tmp_path):
                "old_paper_preset": {"agent": "proto", "agent_preset@agent": "proto_paper"}}
     scores = {"proto": 100.0, "proto_variant": 300.0, "old_paper": 110.0, "old_variant": 310.0,
               "old_paper_preset": 120.0}
-    for name, choice in choices.items():
-        run = make_run(tmp_path / "runs" / name, curves=final_curve(scores[name]))
+    for seed, (name, choice) in enumerate(choices.items(), start=1):  # a seed each: no run repeats another
+        run = make_run(tmp_path / "runs" / name, seed=seed, curves=final_curve(scores[name]))
         (run / ".hydra").mkdir()
         OmegaConf.save({"hydra": {"runtime": {"choices": choice}}}, run / ".hydra" / "hydra.yaml")
     make_run(tmp_path / "runs" / "plain", agent="random", curves=final_curve(50.0))
