@@ -338,6 +338,10 @@ class Config:
 
 GROUPS = ("env", "training", "replay", "snapshots", "checkpoints", "evaluation", "analyses", "logging", "runtime")
 
+# Agent configs (`agent=NAME`) renamed, and what each is now: Proto-RL as published was `proto_paper` when
+# `agent=proto` meant the preset's choice
+RENAMED_AGENTS = {"proto_paper": "proto"}
+
 # The keys of the flat config before the groups, and what each is now
 RENAMED = {
     "env": "task", "pretrain_env": "pretrain_task", "finetune_envs": "finetune_tasks",

@@ -18,7 +18,7 @@ import torch
 from hydra.errors import HydraException, MissingConfigException, OverrideParseException
 from omegaconf.errors import OmegaConfBaseException
 
-from protorl.config import renamed_message, unknown_key_message
+from protorl.config import RENAMED_AGENTS, renamed_message, unknown_key_message
 from protorl.errors import ProtorlError, TrainingDiverged, did_you_mean
 
 INTERRUPTED_STATUS = 130  # 128 + SIGINT, as shells report a command stopped by Ctrl-C
@@ -132,18 +132,13 @@ def hydra_message(error: Exception) -> str:
     return one_line(error)
 
 
-# Options of a config group renamed, and what to write instead
-RENAMED_OPTIONS = {"agent/proto_paper": "agent=proto (Proto-RL as published, under every preset; agent=proto_variant: "
-                                        "its working variant)"}
-
-
 def _missing_option(error: MissingConfigException) -> str:
     """A config group's unknown option (`group=name`) as one line: what replaced a renamed one, otherwise the
     options there are and the closest."""
-    if error.missing_cfg_file in RENAMED_OPTIONS:
-        group, _, name = error.missing_cfg_file.partition("/")
-        return f"{group}={name} is now {RENAMED_OPTIONS[error.missing_cfg_file]} (CHANGELOG.md)"
     group, _, name = (error.missing_cfg_file or "").rpartition("/")
+    if group == "agent" and name in RENAMED_AGENTS:
+        return (f"agent={name} is now agent={RENAMED_AGENTS[name]} (Proto-RL as published, under every preset; "
+                "agent=proto_variant: its working variant; CHANGELOG.md)")
     if not group or not error.options:
         return one_line(error)
     return (f"{group}={name}: no such {group}{did_you_mean(name, error.options)}; the {group}s are "

@@ -8,6 +8,7 @@ from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf
 
+from protorl.config import RENAMED_AGENTS
 from protorl.errors import ResultsError
 from protorl.plots import Rows
 from protorl.storage.digests import unsealed_record
@@ -51,9 +52,7 @@ def read_result(phase: Path) -> dict | None:
 
 
 # Runs started before `agent=proto` meant Proto-RL as published under every preset record the preset's files in
-# `agent_preset@agent`: there agent=proto_paper was the published algorithm, and agent=proto under these files the
-# working variant (agent=proto_variant today)
-_BEFORE_RENAME = {"proto_paper": "proto"}
+# `agent_preset@agent`: agent=proto under these files was the working variant (agent=proto_variant today)
 _VARIANT_FILES_BEFORE_RENAME = {"proto_small", "proto_demo"}
 
 
@@ -65,5 +64,5 @@ def agent_choice(run_dir: Path, config: DictConfig) -> str:
     choice = choices.get("agent")
     if "agent_preset@agent" in choices:  # started before the rename
         variant = choice == "proto" and choices["agent_preset@agent"] in _VARIANT_FILES_BEFORE_RENAME
-        choice = "proto_variant" if variant else _BEFORE_RENAME.get(choice, choice)
+        choice = "proto_variant" if variant else RENAMED_AGENTS.get(choice, choice)
     return str(choice or OmegaConf.select(config, "agent.name", default=""))
