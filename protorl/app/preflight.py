@@ -8,7 +8,9 @@ is not estimated: a GPU that runs out ends the run in one line (`protorl.app.exi
 
 Wall time: a phase's agent steps and updates (`TrainingConfig.updates_at`, as the trainer makes them) times an agent
 step and an update of its agent timed here, on the run's device and threads; evaluations, analyses and logging are
-not counted, so it is a lower bound. Runs of fewer than `TIMED_FROM_UPDATES` updates are not timed.
+not counted, so it is a lower bound. Runs of fewer than `TIMED_FROM_UPDATES` updates are not timed. On a CPU whose
+cores other work keeps busy, threads that wait on each other can make an update tens of times slower for a while:
+an update is then also timed on one thread, the faster reading is the one counted, and the line says so.
 """
 
 from __future__ import annotations
@@ -34,6 +36,7 @@ GIB, HOUR_S = 2**30, 3600.0
 TIMED_FROM_UPDATES = 10_000  # runs with fewer updates are not timed
 TIMED_UPDATES = 4  # consecutive ones (every period of 1, 2 or 4 updates falls due in them), after an untimed one
 TIMED_ENV_STEPS = 10  # after one reset
+BUSY_RATIO = 2.0  # an update this many times slower on the run's CPU threads than on one: the CPU is busy
 
 
 def preflight(config: Config, phases: Sequence[PlannedPhase], pretrained: dict | None = None) -> float | None:
@@ -62,15 +65,18 @@ def preflight(config: Config, phases: Sequence[PlannedPhase], pretrained: dict |
         torch.set_num_threads(threads)
     if not timing:
         return None
-    seconds, parts = 0.0, []
+    seconds, parts, busy = 0.0, [], ""
     for phase in phases:
-        update_s, step_s = timed[phase.mode]
+        update_s, step_s, alone_s = timed[phase.mode]
         steps = phase.frames // config.env.action_repeat
-        seconds += updates[phase] * update_s + steps * step_s
-        parts.append(f"{phase.dir_name}: {updates[phase]} updates at {update_s * 1e3:.1f} ms and {steps} agent steps "
-                     f"at {step_s * 1e3:.1f} ms")
+        seconds += updates[phase] * min(update_s, alone_s) + steps * step_s
+        parts.append(f"{phase.dir_name}: {updates[phase]} updates at {min(update_s, alone_s) * 1e3:.1f} ms and "
+                     f"{steps} agent steps at {step_s * 1e3:.1f} ms")
+        if alone_s * BUSY_RATIO < update_s:
+            busy = (f"; this CPU is busy: an update took {update_s * 1e3:.0f} ms on {torch.get_num_threads()} threads "
+                    f"and {alone_s * 1e3:.1f} ms on one, so runtime.threads=1 runs faster beside the other work")
     estimate = (f"at least {duration_text(seconds)} on this machine's {'GPU' if device.type == 'cuda' else 'CPU'} "
-                f"({'; '.join(parts)}, timed here; evaluations, analyses and logging not counted)")
+                f"({'; '.join(parts)}, timed here; evaluations, analyses and logging not counted){busy}")
     if config.runtime.max_hours is not None and seconds > config.runtime.max_hours * HOUR_S:
         raise ConfigError(f"this run would take {estimate}, more than runtime.max_hours={config.runtime.max_hours:g}: "
                           "fewer frames (pretrain_frames, finetune_frames) or a smaller preset shorten it "
@@ -123,9 +129,9 @@ def _check_replay(config: Config, phase: PlannedPhase, env: Env, device: torch.d
 
 
 def _time_phase(config: Config, phase: PlannedPhase, env: Env, time_step, device: torch.device
-                ) -> tuple[float, float]:
-    """(seconds per update, seconds per agent step: the policy's action and the environment's step) of `phase`, in
-    `env` from its first `time_step`."""
+                ) -> tuple[float, float, float]:
+    """(seconds per update, seconds per agent step: the policy's action and the environment's step, seconds per
+    update on one CPU thread: the first where the run has no more) of `phase`, in `env` from its first `time_step`."""
     agent_cfg = agent_config(config.agent)
     agent = make_agent(agent_cfg, env.obs_type, env.obs_shape, env.action_shape, device, phase.mode)
     started = time.perf_counter()
@@ -138,12 +144,25 @@ def _time_phase(config: Config, phase: PlannedPhase, env: Env, time_step, device
                   reward=torch.rand(size, 1, device=device), discount=torch.ones(size, 1, device=device),
                   next_obs=obs[1])
     agent.update(batch, 0)  # builds what a first update builds
+    update_s = _time_updates(agent, batch, device)
+    threads = torch.get_num_threads()
+    if device.type == "cuda" or threads == 1:
+        return update_s, step_s, update_s
+    torch.set_num_threads(1)
+    try:
+        return update_s, step_s, _time_updates(agent, batch, device)
+    finally:
+        torch.set_num_threads(threads)
+
+
+def _time_updates(agent, batch: Batch, device: torch.device) -> float:
+    """Seconds per update of `agent` on `batch`, over `TIMED_UPDATES` consecutive ones."""
     _synchronize(device)
     started = time.perf_counter()
     for step in range(1, 1 + TIMED_UPDATES):
         agent.update(batch, step)
     _synchronize(device)
-    return (time.perf_counter() - started) / TIMED_UPDATES, step_s
+    return (time.perf_counter() - started) / TIMED_UPDATES
 
 
 def _meminfo() -> dict[str, int]:
