@@ -242,6 +242,9 @@ def test_every_experiment_preset_composes_to_a_valid_sweep(name):
                 assert sorted(params["finetune_tasks"].split(",")) == sorted(f"[{task}]" for task in walker_tasks)
             else:
                 assert list(config.finetune_tasks) == walker_tasks and config.pretrain_frames in (0, 100_000, 2_000_000)
+            if name.endswith("finetune_2m"):  # at 2M the paper's fine-tuning is the default, the departures named
+                departures = "_departures_" in name
+                assert (config.replay.pretrain_data_share > 0) == (config.agent.actor_anchor_coef > 0) == departures
         else:
             assert config.agent.batch_size == 512 and config.finetune_frames == 500_000
 
