@@ -9,14 +9,15 @@ is not estimated: a GPU that runs out ends the run in one line (`protorl.app.exi
 Wall time: a phase's agent steps and updates (`TrainingConfig.updates_at`, as the trainer makes them) times an agent
 step and an update of its agent timed here, on the run's device and threads; evaluations, analyses and logging are
 not counted, so it is a lower bound. Runs of fewer than `TIMED_FROM_UPDATES` updates are not timed. On a CPU whose
-cores other work keeps busy, threads that wait on each other can make an update tens of times slower for a while:
-an update is then also timed on one thread, the faster reading is the one counted, and the line says so.
+cores other work keeps busy (by the load average), threads that wait on each other can make an update tens of times
+slower for a while: an update is then also timed on one thread, the faster reading is counted, and the line says so.
 """
 
 from __future__ import annotations
 
 import logging
 import math
+import os
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -146,7 +147,7 @@ def _time_phase(config: Config, phase: PlannedPhase, env: Env, time_step, device
     agent.update(batch, 0)  # builds what a first update builds
     update_s = _time_updates(agent, batch, device)
     threads = torch.get_num_threads()
-    if device.type == "cuda" or threads == 1:
+    if device.type == "cuda" or threads == 1 or not _cpu_busy(threads):
         return update_s, step_s, update_s
     torch.set_num_threads(1)
     try:
@@ -163,6 +164,17 @@ def _time_updates(agent, batch: Batch, device: torch.device) -> float:
         agent.update(batch, step)
     _synchronize(device)
     return (time.perf_counter() - started) / TIMED_UPDATES
+
+
+def _cpu_busy(threads: int) -> bool:
+    """Whether other work leaves this process fewer free cores than `threads`, by the last minute's load average
+    (True where the operating system does not say)."""
+    try:
+        others = os.getloadavg()[0] - 1  # this process is one of the load
+    except (AttributeError, OSError):
+        return True
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    return others + threads > cores
 
 
 def _meminfo() -> dict[str, int]:
