@@ -43,6 +43,14 @@ def read_published(path: Path) -> dict[str, dict[str, tuple[float, float | None]
     return published
 
 
+def published_text(value: tuple[float, float | None] | None) -> str:
+    """A published figure: "mean ± standard error", the mean alone where none was published, "none"."""
+    if value is None:
+        return "none"
+    mean, error = value
+    return f"{mean:.0f}" if error is None else f"{mean:.0f} ± {error:.0f}"
+
+
 def arm_name(arm: tuple[str, int]) -> str:
     fine_tuning, frames = arm
     return f"{fine_tuning} from {frames // 1000}k" if frames < 1_000_000 else f"{fine_tuning} from {frames // 10**6}M"
@@ -64,8 +72,8 @@ def main(page: Path) -> None:
             if seeds:
                 values = [seeds[seed] for seed in sorted(seeds)]
                 cells.append(f"{arm_name(arm)}: {', '.join(f'{v:.0f}' for v in values)} ({np.mean(values):.0f})")
-        reference = f"URLB Proto-RL {proto[0]:.0f} ± {proto[1]:.0f}" if proto else "URLB Proto-RL: none"
-        print(f"  {task}: {'; '.join(cells)}; {reference}; best {best} {agents[best][0]:.0f} ± {agents[best][1]:.0f}")
+        print(f"  {task}: {'; '.join(cells)}; URLB Proto-RL {published_text(proto)}; best {best} "
+              f"{published_text(agents[best])}")
     print("\nexpert-normalised, over tasks x seeds: IQM [95% CI], mean [95% CI]")
     for arm in sorted(arms):
         seeds = sorted(set.intersection(*(set(arms[arm].get(task, {})) for task in tasks)))
