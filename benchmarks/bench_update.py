@@ -100,7 +100,7 @@ def _baseline_update(agent, replay, step: int, state: dict) -> None:
         reward = distances.topk(cfg.knn_k, dim=1, largest=False).values[:, -1:]
         # RL features: online forwards 3 and 4
         features, next_features = encode(obs), encode(next_obs)
-    agent.sac.update(features, batch.action, reward, batch.discount, next_features, agent.sac.steps(step))
+    agent.sac.update(features, batch.action, reward, batch.discount, next_features, agent.sac.parts(step))
 
 
 def _worker(kind: str, batch_size: int, phase: str, steps: int) -> dict:

@@ -173,10 +173,10 @@ def test_sac_update_rejects_features_that_require_grad(build_agent, replay):
     reward = torch.zeros(agent.cfg.batch_size, 1)
     critic = clone_params(agent.sac.critic)
     with pytest.raises(ValueError, match="detached"):
-        agent.sac.update(features, batch.action, reward, batch.discount, next_features, agent.steps(0))
+        agent.sac.update(features, batch.action, reward, batch.discount, next_features, agent.parts(0))
     with pytest.raises(ValueError, match="detached"):
         agent.sac.update(features.detach(), batch.action, reward, batch.discount,
-                         next_features.clone().requires_grad_(True), agent.steps(0))
+                         next_features.clone().requires_grad_(True), agent.parts(0))
     assert_all_equal(critic, clone_params(agent.sac.critic))  # refused before any change
     assert all(p.grad is None for p in agent.encoder.parameters())
 
@@ -401,7 +401,7 @@ def test_finetune_reward_is_extrinsic_plus_scaled_intrinsic(build_agent, make_cf
             features, next_features = twin.encoder(obs), twin.encoder(next_obs)
             intr = twin.enqueue_and_score(twin.head.projector(next_features))
         reward = extr_coef * batch.reward + coef * intr
-        metrics = twin.sac.update(features, batch.action, reward, batch.discount, next_features, twin.steps(1))
+        metrics = twin.sac.update(features, batch.action, reward, batch.discount, next_features, twin.parts(1))
         return batch, intr, metrics
 
     batch, intr, expected = by_hand(twins[0], twin_replays[0], 1.0, intr_coef)

@@ -267,10 +267,10 @@ def test_agents_compiled_one_after_another_each_run_compiled():
 class HostReadingAgent(RandomAgent):
     """Random's update behind a branch on a tensor's value, read on the host: not one graph."""
 
-    def update_pretrain(self, batch: Batch, steps):
+    def update_pretrain(self, batch: Batch, parts):
         if batch.reward.sum().item() > 0:
-            return super().update_pretrain(batch, steps)
-        return super().update_pretrain(batch, steps)
+            return super().update_pretrain(batch, parts)
+        return super().update_pretrain(batch, parts)
 
 
 def test_an_update_that_does_not_compile_whole_is_refused_in_one_line():

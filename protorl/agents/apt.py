@@ -20,7 +20,7 @@ from protorl.agents.diagnostics import PROJECTION_METRICS, projection_diagnostic
 from protorl.agents.knn import nearest_distances
 from protorl.agents.networks import orthogonal_init
 from protorl.agents.optim import Adam, gradient_step
-from protorl.agents.sac import UpdateSteps
+from protorl.agents.sac import UpdateParts
 from protorl.config import AgentConfig, architecture, invalid, positive
 from protorl.replay import Batch
 
@@ -86,7 +86,7 @@ class APTAgent(Agent):
         """(B, repr) -> L2-normalised projections (B, D): the space of the contrastive loss and the reward."""
         return F.normalize(self.projector(features), dim=1)
 
-    def update_pretrain(self, batch: Batch, steps: UpdateSteps) -> Metrics:
+    def update_pretrain(self, batch: Batch, parts: UpdateParts) -> Metrics:
         """Two views of x_t for the contrastive loss, one of x_{t+1} for the reward."""
         view, other_view = self.augment(batch.obs), self.augment(batch.obs)
         next_obs = self.augment(batch.next_obs)
@@ -95,7 +95,7 @@ class APTAgent(Agent):
         intr_reward = particle_entropy_reward(F.normalize(next_raw, dim=1), self.cfg.knn_k)  # (B, 1)
         contrastive_loss, features = gradient_step(self.contrastive_loss, (view, other_view), self.repr_optimizer)
 
-        metrics = self.sac.update(features, batch.action, intr_reward, batch.discount, next_features, steps)
+        metrics = self.sac.update(features, batch.action, intr_reward, batch.discount, next_features, parts)
         metrics.update(repr_loss=contrastive_loss, **reward_metrics("intr_reward", intr_reward),
                        **projection_diagnostics(next_raw))
         return metrics

@@ -1,7 +1,7 @@
 """What every agent shares: an encoder, the SAC core, acting, augmentation, the update of its mode and persistence.
 
 An agent is built for one mode, and `update(batch, step)` is that mode's update, chosen once at construction
-(what the update runs at this step, e.g. whether the actor steps, is decided first, on the host: `steps`):
+(what the update runs at this step, e.g. whether the actor steps, is decided first, on the host: `parts(step)`):
 - "pretrain" (`update_pretrain`): task-agnostic. The representation learns by the agent's own rule; SAC learns
   from an intrinsic reward (the environment's reward is never read).
 - "frozen" (`update_frozen`): downstream from a snapshot (appendix C.4-C.6). The representation is frozen and
@@ -26,7 +26,7 @@ from protorl.agents.compiled import CompiledUpdate
 from protorl.agents.diagnostics import collapse_message
 from protorl.agents.networks import PixelEncoder, make_encoder, micro_batch_for
 from protorl.agents.optim import Adam
-from protorl.agents.sac import SAC, SAC_METRICS, Encoding, Metrics, UpdateSteps
+from protorl.agents.sac import SAC, SAC_METRICS, Encoding, Metrics, UpdateParts
 from protorl.config import AgentConfig
 from protorl.errors import SnapshotError
 from protorl.replay import Batch
@@ -99,13 +99,13 @@ class Agent:
         """Optimisers of the representation; checkpoints carry them while it trains."""
         return {}
 
-    def steps(self, step: int) -> UpdateSteps:
+    def parts(self, step: int) -> UpdateParts:
         """What update `step` (counting agent updates) runs: SAC's schedule, and the agent's own parts."""
-        return self.sac.steps(step)
+        return self.sac.parts(step)
 
     def steady(self) -> bool:
         """Whether the update's host-side state (sizes, counts) has stopped changing, so that a compiled update
-        runs one graph per `UpdateSteps` from here on. Updates before it run eagerly."""
+        runs one graph per `UpdateParts` from here on. Updates before it run eagerly."""
         return True
 
     # -- acting and learning -------------------------------------------------------------------------------
@@ -119,14 +119,14 @@ class Agent:
     def update(self, batch: Batch, step: int) -> Metrics:
         """One update of the agent's mode on a replay batch; `step` counts agent updates. The metrics stay on the
         device: reading them back waits for the update, so the trainer reads them once per logged row."""
-        steps = self.steps(step)
+        parts = self.parts(step)
         if self._compiled is not None and self.steady():
-            return self._compiled(batch, steps)
-        return self._update(batch, steps)
+            return self._compiled(batch, parts)
+        return self._update(batch, parts)
 
     def compile_update(self, cuda_graphs: bool = False) -> None:
         """Run every update from the first steady one (`steady`) as one compiled graph per combination of
-        `UpdateSteps` (`protorl.agents.compiled`); with `cuda_graphs`, replayed as a CUDA graph."""
+        `UpdateParts` (`protorl.agents.compiled`); with `cuda_graphs`, replayed as a CUDA graph."""
         self._compiled = CompiledUpdate(self._update, f"{self.name} {self.mode}", cuda_graphs)
 
     def augment(self, obs: torch.Tensor) -> torch.Tensor:
@@ -139,11 +139,11 @@ class Agent:
         """The batch's observations x_t and x_{t+1}, each randomly shifted: (B, *obs_shape) each."""
         return self.augment(batch.obs), self.augment(batch.next_obs)
 
-    def update_frozen(self, batch: Batch, steps: UpdateSteps) -> Metrics:
+    def update_frozen(self, batch: Batch, parts: UpdateParts) -> Metrics:
         """Downstream on a frozen encoder: a SAC update on the task reward (baselines, appendix C.4)."""
         obs, next_obs = self.augmented(batch)
         features, next_features = frozen_features(self.encoder, obs, next_obs)
-        metrics = self.sac.update(features, batch.action, batch.reward, batch.discount, next_features, steps)
+        metrics = self.sac.update(features, batch.action, batch.reward, batch.discount, next_features, parts)
         metrics["extr_reward_mean"] = batch.reward.mean()
         return metrics
 
@@ -223,11 +223,11 @@ def frozen_features(encoder: nn.Module, obs: torch.Tensor, next_obs: torch.Tenso
 
 
 def critic_through_encoder(encoder: nn.Module, sac: SAC, obs: torch.Tensor, action: torch.Tensor,
-                           reward: torch.Tensor, discount: torch.Tensor, next_obs: torch.Tensor, steps: UpdateSteps,
+                           reward: torch.Tensor, discount: torch.Tensor, next_obs: torch.Tensor, parts: UpdateParts,
                            encoder_optimizer: Adam) -> Metrics:
     """DrQ's rule: the critic loss also trains the encoder; targets and the actor use detached features."""
     next_features = encoder(next_obs)  # (B, R), without gradient
-    return sac.update(obs, action, reward, discount, next_features, steps, encoder=Encoding(encoder, encoder_optimizer))
+    return sac.update(obs, action, reward, discount, next_features, parts, encoder=Encoding(encoder, encoder_optimizer))
 
 
 def reward_metrics(prefix: str, reward: torch.Tensor) -> Metrics:

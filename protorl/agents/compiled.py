@@ -3,7 +3,7 @@
 `torch.compile(fullgraph=True)` compiles the mode's update (forward, gradients, Adam steps, target EMAs, the
 candidate queue and the k-NN reward): a graph break is an error (`ConfigError`, one line naming the agent and
 torch's reason), never a silent split. Which parts run at a step
-(`UpdateSteps`) is decided on the host, so each combination is one graph, compiled the first time it is met.
+(`UpdateParts`) is decided on the host, so each combination is one graph, compiled the first time it is met.
 Random draws fall back to PyTorch's own kernels (inductor's `fallback_random`), so a compiled update draws the
 same numbers as the eager one and the two differ only by the rounding of fused arithmetic. That needs the draws in
 the eager order too: before torch 2.13 inductor does not keep such draws in program order (its scheduler's
@@ -23,16 +23,16 @@ from collections.abc import Callable
 
 import torch
 
-from protorl.agents.sac import Metrics, UpdateSteps
+from protorl.agents.sac import Metrics, UpdateParts
 from protorl.errors import ConfigError
 from protorl.replay import Batch
 
 log = logging.getLogger("protorl")
 
 
-def steps_key(steps: UpdateSteps) -> tuple[bool, ...]:
+def parts_key(parts: UpdateParts) -> tuple[bool, ...]:
     """What tells one compiled graph of an update from another."""
-    return (steps.actor, steps.critic_target, steps.anchor is not None, steps.ssl, steps.encoder_target)
+    return (parts.actor, parts.critic_target, parts.anchor is not None, parts.ssl, parts.encoder_target)
 
 
 def inductor_options(cuda_graphs: bool) -> dict[str, bool]:
@@ -48,20 +48,20 @@ def inductor_options(cuda_graphs: bool) -> dict[str, bool]:
 
 
 class CompiledUpdate:
-    """`update(batch, steps)` compiled whole, one graph per `steps_key`; recompilations are counted and logged."""
+    """`update(batch, parts)` compiled whole, one graph per `parts_key`; recompilations are counted and logged."""
 
-    def __init__(self, update: Callable[[Batch, UpdateSteps], Metrics], name: str, cuda_graphs: bool = False):
+    def __init__(self, update: Callable[[Batch, UpdateParts], Metrics], name: str, cuda_graphs: bool = False):
         self.name, self.cuda_graphs = name, cuda_graphs
         torch.compiler.reset()  # the agents before this one are done (the module's docstring)
         self.compiled = torch.compile(update, fullgraph=True, options=inductor_options(cuda_graphs))
         self.graphs: set[tuple[bool, ...]] = set()  # the combinations compiled so far
         self.recompilations = 0
 
-    def __call__(self, batch: Batch, steps: UpdateSteps) -> Metrics:
-        key = steps_key(steps)
+    def __call__(self, batch: Batch, parts: UpdateParts) -> Metrics:
+        key = parts_key(parts)
         if key not in self.graphs:  # its first compilation, expected
             try:
-                metrics = self._copied(self.compiled(batch, steps))
+                metrics = self._copied(self.compiled(batch, parts))
             except Exception as error:
                 if not type(error).__module__.startswith(("torch._dynamo", "torch._inductor")):
                     raise
@@ -72,7 +72,7 @@ class CompiledUpdate:
             return metrics
         try:
             with torch.compiler.set_stance("fail_on_recompile"):
-                return self._copied(self.compiled(batch, steps))
+                return self._copied(self.compiled(batch, parts))
         except RuntimeError as error:
             if "recompil" not in str(error).lower():
                 raise
@@ -80,7 +80,7 @@ class CompiledUpdate:
         self.recompilations += 1
         log.warning("compiled update of %s recompiled (%d so far; each takes seconds): %s", self.name,
                     self.recompilations, reason)
-        return self._copied(self.compiled(batch, steps))
+        return self._copied(self.compiled(batch, parts))
 
     def _copied(self, metrics: Metrics) -> Metrics:
         """CUDA graphs overwrite their outputs at the next replay: the metrics leave in one copy."""

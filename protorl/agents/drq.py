@@ -9,7 +9,7 @@ every agent.
 from __future__ import annotations
 
 from protorl.agents.base import EncoderTrainedByCritic, Metrics, critic_through_encoder
-from protorl.agents.sac import UpdateSteps
+from protorl.agents.sac import UpdateParts
 from protorl.replay import Batch
 
 
@@ -25,9 +25,9 @@ class DrQAgent(EncoderTrainedByCritic):
         """From states there is no image to augment: DrQ is SAC learning from the task reward alone."""
         return "SAC from scratch" if obs_type == "states" else cls.title
 
-    def update_online(self, batch: Batch, steps: UpdateSteps) -> Metrics:
+    def update_online(self, batch: Batch, parts: UpdateParts) -> Metrics:
         obs, next_obs = self.augmented(batch)
         metrics = critic_through_encoder(self.encoder, self.sac, obs, batch.action, batch.reward, batch.discount,
-                                         next_obs, steps, self.encoder_optimizer)
+                                         next_obs, parts, self.encoder_optimizer)
         metrics["extr_reward_mean"] = batch.reward.mean()
         return metrics

@@ -20,7 +20,7 @@ from protorl.agents.diagnostics import PROJECTION_METRICS, projection_diagnostic
 from protorl.agents.inplace import InPlaceTensors
 from protorl.agents.networks import mlp, orthogonal_init
 from protorl.agents.optim import Adam, gradient_step
-from protorl.agents.sac import UpdateSteps
+from protorl.agents.sac import UpdateParts
 from protorl.config import AgentConfig, architecture, positive
 from protorl.replay import Batch
 
@@ -138,14 +138,14 @@ class ICMAgent(EncoderTrainedByCritic):
     def representation_optimizers(self) -> dict[str, Adam]:
         return {**super().representation_optimizers(), "icm": self.icm_optimizer}
 
-    def update_pretrain(self, batch: Batch, steps: UpdateSteps) -> Metrics:
+    def update_pretrain(self, batch: Batch, parts: UpdateParts) -> Metrics:
         obs, next_obs = self.augmented(batch)
         _, (forward_error, inverse_error, next_features) = gradient_step(
             self.icm_loss, (obs, batch.action, next_obs), self.encoder_optimizer, self.icm_optimizer)
         intr_reward = normalized_curiosity(forward_error, self.curiosity_stats)  # (B, 1)
         diagnostics = projection_diagnostics(self.icm.projection(next_features))  # of phi(x_{t+1}), (B, 50)
         metrics = critic_through_encoder(self.encoder, self.sac, obs, batch.action, intr_reward, batch.discount,
-                                         next_obs, steps, self.encoder_optimizer)
+                                         next_obs, parts, self.encoder_optimizer)
         metrics.update(icm_forward_loss=forward_error.mean(), icm_inverse_loss=inverse_error.mean(),
                        **reward_metrics("intr_reward", intr_reward), **diagnostics)
         return metrics

@@ -13,7 +13,7 @@ import numpy as np
 import torch
 
 from protorl.agents.base import EncoderTrainedByCritic, Metrics, critic_through_encoder
-from protorl.agents.sac import UpdateSteps
+from protorl.agents.sac import UpdateParts
 from protorl.replay import Batch
 
 
@@ -30,8 +30,8 @@ class RandomAgent(EncoderTrainedByCritic):
             return (2 * torch.rand(self.action_shape) - 1).numpy()
         return super().act(obs, sample)
 
-    def update_pretrain(self, batch: Batch, steps: UpdateSteps) -> Metrics:
+    def update_pretrain(self, batch: Batch, parts: UpdateParts) -> Metrics:
         obs, next_obs = self.augmented(batch)
         no_reward = torch.zeros_like(batch.discount)  # (B, 1)
         return critic_through_encoder(self.encoder, self.sac, obs, batch.action, no_reward, batch.discount,
-                                      next_obs, steps, self.encoder_optimizer)
+                                      next_obs, parts, self.encoder_optimizer)

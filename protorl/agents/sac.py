@@ -42,7 +42,7 @@ class Temperature(nn.Module):
         return self.log_alpha.exp()
 
 
-class UpdateSteps(NamedTuple):
+class UpdateParts(NamedTuple):
     """Which parts of one agent update run, decided on the host from the update's count, so that the update has no
     branch on its data and each combination compiles once."""
 
@@ -85,10 +85,10 @@ class SAC:
             return 0.0
         return self.cfg.actor_anchor_coef * max(0.0, 1.0 - step / self.cfg.actor_anchor_updates)
 
-    def steps(self, step: int) -> UpdateSteps:
+    def parts(self, step: int) -> UpdateParts:
         """What SAC's part of update `step` runs."""
         coef = self.anchor_coef(step)
-        return UpdateSteps(actor=step >= self.actor_held_until and step % self.cfg.actor_update_every == 0,
+        return UpdateParts(actor=step >= self.actor_held_until and step % self.cfg.actor_update_every == 0,
                            critic_target=step % self.cfg.critic_target_update_every == 0,
                            anchor=torch.tensor(coef, device=self.device) if coef > 0 else None)
 
@@ -107,7 +107,7 @@ class SAC:
 
     @torch.no_grad()
     def update(self, features: torch.Tensor, action: torch.Tensor, reward: torch.Tensor, discount: torch.Tensor,
-               next_features: torch.Tensor, steps: UpdateSteps, encoder: Encoding | None = None) -> Metrics:
+               next_features: torch.Tensor, parts: UpdateParts, encoder: Encoding | None = None) -> Metrics:
         """One SAC update on encoder features y_t, y_{t+1} (B, repr); reward, discount (B, 1).
 
         Features must be detached. With `encoder` (DrQ's rule), `features` are observations instead: the critic
@@ -116,9 +116,9 @@ class SAC:
         if next_features.requires_grad or features.requires_grad:
             raise ValueError("SAC.update expects detached features: RL gradients must not reach the encoder")
         metrics, features = self.update_critic(features, action, reward, discount, next_features, encoder)
-        if steps.actor:
-            metrics.update(self.update_actor_and_alpha(features, steps.anchor))
-        if steps.critic_target:
+        if parts.actor:
+            metrics.update(self.update_actor_and_alpha(features, parts.anchor))
+        if parts.critic_target:
             soft_update(self.critic, self.critic_target, self.cfg.critic_target_tau)
         return metrics
 

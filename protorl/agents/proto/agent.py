@@ -44,7 +44,7 @@ from protorl.agents.proto.math import (
     sample_candidates,
     sinkhorn,
 )
-from protorl.agents.sac import UpdateSteps
+from protorl.agents.sac import UpdateParts
 from protorl.config import AgentConfig, architecture, in_unit_interval, invalid, positive
 from protorl.replay import Batch
 
@@ -127,21 +127,21 @@ class ProtoAgent(Agent):
         self.repr_optimizer = Adam({"encoder": self.encoder, "head": self.head}, cfg.lr)
 
     # -- learning -----------------------------------------------------------------------------------
-    def steps(self, step: int) -> UpdateSteps:
-        return self.sac.steps(step)._replace(ssl=step % self.cfg.ssl_update_every == 0,
+    def parts(self, step: int) -> UpdateParts:
+        return self.sac.parts(step)._replace(ssl=step % self.cfg.ssl_update_every == 0,
                                              encoder_target=step % self.cfg.encoder_target_update_every == 0)
 
     def steady(self) -> bool:
         """The queue is full and, while the representation learns, the projector's momentum has settled."""
         return self.queue.full and (self.mode == "frozen" or self.head.projector.settled)
 
-    def update_pretrain(self, batch: Batch, steps: UpdateSteps) -> Metrics:
-        return self._update_with_ssl(batch, steps, extr_reward=None)
+    def update_pretrain(self, batch: Batch, parts: UpdateParts) -> Metrics:
+        return self._update_with_ssl(batch, parts, extr_reward=None)
 
-    def update_online(self, batch: Batch, steps: UpdateSteps) -> Metrics:
-        return self._update_with_ssl(batch, steps, extr_reward=batch.reward)
+    def update_online(self, batch: Batch, parts: UpdateParts) -> Metrics:
+        return self._update_with_ssl(batch, parts, extr_reward=batch.reward)
 
-    def _update_with_ssl(self, batch: Batch, steps: UpdateSteps, extr_reward: torch.Tensor | None) -> Metrics:
+    def _update_with_ssl(self, batch: Batch, parts: UpdateParts, extr_reward: torch.Tensor | None) -> Metrics:
         """One step of appendix D's routine; SAC's reward is r_intr (pre-training) or r + alpha * r_intr."""
         cfg = self.cfg
         obs, next_obs = self.augmented(batch)  # x_t, x_{t+1}: (B, *obs_shape) each
@@ -156,7 +156,7 @@ class ProtoAgent(Agent):
 
         # update_representations(x_t, x_{t+1}): an L_SSL step every `ssl_update_every` updates; its forward of
         # x_t gives SAC its features y_t (the paper's code runs it again without gradient).
-        if steps.ssl:
+        if parts.ssl:
             repr_loss, (features, target_q, linear, projected) = gradient_step(
                 self.ssl_loss, (obs, next_obs), self.repr_optimizer)
             self.head.projector.update_statistics(linear, projected)
@@ -165,13 +165,13 @@ class ProtoAgent(Agent):
         else:
             features = self.encoder(obs)
         # xi = tau * xi + (1 - tau) * theta, on its own schedule, after this update's SGD step if any
-        if steps.encoder_target:
+        if parts.encoder_target:
             soft_update(self.encoder, self.encoder_target, cfg.encoder_target_tau)
             soft_update(self.head.projector, self.projector_target, cfg.encoder_target_tau)
 
         # update_rl(y_t, a_t, r_t, y_{t+1}): SAC on detached features
         reward = intr_reward if extr_reward is None else extr_reward + cfg.intr_coef * intr_reward
-        metrics.update(self.sac.update(features, batch.action, reward, batch.discount, next_features, steps))
+        metrics.update(self.sac.update(features, batch.action, reward, batch.discount, next_features, parts))
         metrics.update(**reward_metrics("intr_reward", intr_reward),
                        **projection_diagnostics(next_linear, next_raw, self.head.prototypes))
         if extr_reward is not None:
@@ -180,13 +180,13 @@ class ProtoAgent(Agent):
                                                            metrics["extr_reward_mean"])
         return metrics
 
-    def update_frozen(self, batch: Batch, steps: UpdateSteps) -> Metrics:
+    def update_frozen(self, batch: Batch, parts: UpdateParts) -> Metrics:
         """Downstream from a snapshot: SAC on the frozen features with r + alpha * r_intr."""
         obs, next_obs = self.augmented(batch)
         features, next_features = frozen_features(self.encoder, obs, next_obs)  # (B, R) each
         intr_reward = self.enqueue_and_score(self.head.projector(next_features))  # (B, 1)
         reward = batch.reward + self.cfg.intr_coef * intr_reward
-        metrics = self.sac.update(features, batch.action, reward, batch.discount, next_features, steps)
+        metrics = self.sac.update(features, batch.action, reward, batch.discount, next_features, parts)
         metrics.update(**reward_metrics("intr_reward", intr_reward), extr_reward_mean=batch.reward.mean())
         metrics["intr_reward_share"] = intrinsic_share(self.cfg.intr_coef, metrics["intr_reward_mean"],
                                                        metrics["extr_reward_mean"])

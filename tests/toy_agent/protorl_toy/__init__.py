@@ -7,7 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from protorl.agents.base import Agent, frozen_features, reward_metrics
-from protorl.agents.sac import Metrics, UpdateSteps
+from protorl.agents.sac import Metrics, UpdateParts
 from protorl.config import AgentConfig, invalid
 from protorl.replay import Batch
 
@@ -28,9 +28,9 @@ class ToyAgent(Agent):
     config_class = ToyConfig
     metrics = ("intr_reward_mean", "intr_reward_std")
 
-    def update_pretrain(self, batch: Batch, steps: UpdateSteps) -> Metrics:
+    def update_pretrain(self, batch: Batch, parts: UpdateParts) -> Metrics:
         obs, next_obs = self.augmented(batch)
         features, next_features = frozen_features(self.encoder, obs, next_obs)  # (B, R) each
         reward = self.cfg.reward_scale * (next_features - features).norm(dim=1, keepdim=True)  # (B, 1)
-        metrics = self.sac.update(features, batch.action, reward, batch.discount, next_features, steps)
+        metrics = self.sac.update(features, batch.action, reward, batch.discount, next_features, parts)
         return {**metrics, **reward_metrics("intr_reward", reward)}
