@@ -104,6 +104,17 @@ def test_a_wrong_entry_point_is_one_clear_error(tmp_path, on_path, entry_points,
     assert fragment in str(error.value) and "\n" not in str(error.value)
 
 
+def test_an_agent_written_for_the_old_name_of_parts_is_one_clear_error(tmp_path, on_path):
+    """An agent that overrides `steps(step)`, the old name of `parts(step)`, would have it silently ignored."""
+    site = install(tmp_path / "site", {"toy": "protorl_toy_old:OldToyAgent"})
+    (site / "protorl_toy_old.py").write_text("from protorl_toy import ToyAgent\n\n\nclass OldToyAgent(ToyAgent):\n"
+                                             "    def steps(self, step):\n        return self.parts(step)\n")
+    on_path(site)
+    with pytest.raises(ConfigError, match=r"defines steps\(step\), which protorl now calls parts\(step\)") as error:
+        registered_agents()
+    assert "\n" not in str(error.value)
+
+
 @pytest.mark.slow
 def test_without_the_package_the_name_is_refused_listing_the_agents(tmp_path):
     result = subprocess.run(command_line("pretrain", *STATES_SHARED, "agent=toy", run_dir=tmp_path / "none"),
