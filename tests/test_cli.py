@@ -204,6 +204,19 @@ def test_invalid_value_exits_2(tmp_path):
     assert not (tmp_path / "run").exists()
 
 
+@pytest.mark.parametrize("sweep", [False, True])
+def test_a_job_name_of_ones_own_does_not_change_the_command(tmp_path, sweep):
+    """`hydra.job.name` names the run's directory (base.yaml); the command stays the one run."""
+    overrides = ("-m", "seed=1,2") if sweep else ()
+    result = run("pretrain", *overrides, "hydra.job.name=my_study", "agent.batch_size=0", run_dir=tmp_path / "run")
+    if sweep:  # every job's line under the sweep's
+        assert result.returncode == 2 and "2 of the sweep's 2 jobs would stop" in result.stderr, result.stderr
+        assert result.stderr.count("invalid config value agent.batch_size=0: expected a positive") == 2
+    else:
+        assert_user_error(result, "agent.batch_size", "positive")
+    assert not (tmp_path / "run").exists()
+
+
 def test_finetune_without_snapshot_exits_2(tmp_path):
     result = run("finetune", "task=point_mass_hard", run_dir=tmp_path / "run")
     assert_user_error(result, "snapshot")

@@ -106,6 +106,15 @@ def test_invalid_values_are_rejected_naming_the_key(config, phase, key):
     assert key in str(info.value)
 
 
+@pytest.mark.parametrize(("config", "key"), [
+    (make_config({"intr_coef": float("nan")}), "agent.intr_coef"),
+    (make_config(runtime={"max_hours": float("inf")}), "runtime.max_hours"),
+])
+def test_a_float_that_is_not_finite_is_refused_naming_the_key(config, key):
+    with pytest.raises(ConfigError, match=rf"invalid config value {key}=(nan|inf): expected a finite number"):
+        validate(config, "finetune")
+
+
 @pytest.mark.parametrize("device", ["cuda", "cuda:0"])
 def test_cuda_device_without_cuda(device, monkeypatch):
     """A CUDA device is refused where CUDA is not available, and accepted where it is (on any machine: torch's

@@ -11,12 +11,17 @@ from __future__ import annotations
 import itertools
 import logging
 import os
+import textwrap
 from collections.abc import Sequence
 from pathlib import Path
 
 import hydra
 from hydra.core.config_store import ConfigStore
+from hydra.core.global_hydra import GlobalHydra
+from hydra.core.hydra_config import HydraConfig
+from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra.experimental.callback import Callback
+from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf, open_dict
 from omegaconf.errors import OmegaConfBaseException
 
@@ -46,13 +51,8 @@ def register_configs() -> None:
 def _group_options(group: str) -> str:
     """The options of a config group of protorl's (agents from other packages included), comma-separated, in lines
     of a `--help` indented by 4."""
-    import textwrap
-    from importlib.resources import files
-
-    options = {item.name.removesuffix(".yaml") for item in files("protorl.conf").joinpath(group).iterdir()
-               if item.name.endswith(".yaml")}
-    return "\n    ".join(textwrap.wrap(", ".join(sorted(options | (set(registered_agents()) if group == "agent"
-                                                                 else set()))), 90))
+    options = GlobalHydra.instance().config_loader().get_group_options(group)  # its YAML files and ConfigStore's
+    return "\n    ".join(textwrap.wrap(", ".join(options), 90))
 
 
 def plan_command(settings: DictConfig, command: str, overrides: Sequence[str],
@@ -83,9 +83,6 @@ class PlanBeforeRun(Callback):
         self.plan: RunPlan | None = None
 
     def on_multirun_start(self, config: DictConfig, **kwargs) -> None:
-        from hydra.core.global_hydra import GlobalHydra
-        from hydra.core.hydra_config import HydraConfig
-
         jobs = _sweep_jobs(config)
         if jobs is None:  # a sweeper that does not say how it splits its jobs: each is checked when it starts
             return
@@ -98,7 +95,7 @@ class PlanBeforeRun(Callback):
                         job.hydra.job.num, job.hydra.job.id = num, f"{job.hydra.job.name}_{num}"
                     HydraConfig.instance().set_config(job)  # the job's choices name its directory
                     run_dir = str(Path(job.hydra.sweep.dir) / job.hydra.sweep.subdir)
-                    plan_command(_settings(job, run_dir), job.hydra.job.name, overrides, on_this_machine=False)
+                    plan_command(_settings(job, run_dir), job.hydra.job.config_name, overrides, on_this_machine=False)
                 except Exception as error:
                     ending = exit_status(error)
                     if ending is None:
@@ -116,7 +113,7 @@ class PlanBeforeRun(Callback):
 
     def on_run_start(self, config: DictConfig, **kwargs) -> None:
         try:  # Hydra would turn an error here into a warning and run unchecked: it ends the command here
-            self.plan = plan_command(_settings(config, config.hydra.run.dir), config.hydra.job.name,
+            self.plan = plan_command(_settings(config, config.hydra.run.dir), config.hydra.job.config_name,
                                      config.hydra.overrides.task)
         except Exception as error:
             if exit_status(error) is None:  # a bug: one line, status 1, rather than Hydra's warning
@@ -140,9 +137,6 @@ class Command:
         self.plan: RunPlan | None = None  # handed over by `PlanBeforeRun`
 
     def __call__(self, settings: DictConfig) -> None:
-        from hydra.core.hydra_config import HydraConfig
-        from hydra.types import RunMode
-
         from protorl.app.commands import run_plan
         from protorl.reports.analyze import analyze_run
         from protorl.reports.report import plot_run, summary
@@ -173,9 +167,6 @@ def _sweep_jobs(config: DictConfig) -> list[list[str]] | None:
     command line's; a key given twice keeps its place and takes the last value). None under another sweeper (an
     optimiser's, say) or for a sweep over an interval, which the basic sweeper refuses itself: each job is then
     checked when it starts."""
-    from hydra.core.global_hydra import GlobalHydra
-    from hydra.core.override_parser.overrides_parser import OverridesParser
-
     if config.hydra.runtime.choices.get("hydra/sweeper") != "basic":
         return None
     params = [f"{key}={value}" for key, value in (config.hydra.sweeper.get("params") or {}).items()]

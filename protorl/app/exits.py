@@ -11,6 +11,7 @@ import re
 import signal
 import sys
 import threading
+import traceback
 from concurrent.futures.process import BrokenProcessPool
 from typing import NoReturn
 
@@ -60,11 +61,7 @@ def file_of(error: OSError) -> str | None:
     do on a full disk, names no file)."""
     if error.filename:
         return os.fsdecode(error.filename)  # a path given as bytes (TensorBoard's) as text
-    frames, trace = [], error.__traceback__
-    while trace is not None:
-        frames.append(trace.tb_frame)
-        trace = trace.tb_next
-    for frame in reversed(frames):
+    for frame, _ in reversed(list(traceback.walk_tb(error.__traceback__))):
         names = [value.name for value in frame.f_locals.values()
                  if isinstance(value, io.IOBase) and isinstance(getattr(value, "name", None), str)]
         if names:

@@ -193,51 +193,48 @@ def validate(config: Config, command: str) -> None:
     _check_tasks(config, command, agent.supports("pretrain"))
 
 
-def fail(key: str, value, expected: str) -> None:
-    """Raise the `ConfigError` of an invalid value."""
-    raise invalid(key, value, expected)
-
-
 def _check_numbers(config: Config) -> None:
-    """Every float finite; the seed and the fine-tuning's frames in range."""
-    for key, value in _float_values(config):
-        if not math.isfinite(value):
-            fail(key, value, "a finite number")
+    """Every float finite, the agent's included; the seed and the fine-tuning's frames in range."""
+    for prefix, node in (("", config), *((f"{group}.", getattr(config, group)) for group in (*GROUPS, "agent"))):
+        for item in dataclasses.fields(node):
+            value = getattr(node, item.name)
+            if isinstance(value, float) and not math.isfinite(value):
+                raise invalid(prefix + item.name, value, "a finite number")
     if not 0 <= config.seed <= MAX_SEED:
-        fail("seed", config.seed, f"an integer in [0, {MAX_SEED}] (seeds are 32-bit; evaluation uses seed + "
-             f"{EVAL_SEED_OFFSET})")
+        raise invalid("seed", config.seed, f"an integer in [0, {MAX_SEED}] (seeds are 32-bit; evaluation uses seed + "
+                      f"{EVAL_SEED_OFFSET})")
     if config.finetune_frames <= 0:
-        fail("finetune_frames", config.finetune_frames, "a positive integer")
+        raise invalid("finetune_frames", config.finetune_frames, "a positive integer")
 
 
 def _check_agent(config: Config, command: str) -> type[Agent]:
     """The agent, its own config, and whether it has the phases `command` runs."""
     agent = agent_class(config.agent.name)
     if type(config.agent) not in (agent.config_class, AgentConfig):
-        fail("agent.name", config.agent.name, f"the agent of the config chosen ({type(config.agent).__name__}): set "
-             "the agent with agent=NAME")
+        raise invalid("agent.name", config.agent.name, f"the agent of the config chosen "
+                      f"({type(config.agent).__name__}): set the agent with agent=NAME")
     agent_config(config.agent).check()
     if config.pretrain_frames < 0 or (command == "pretrain" and config.pretrain_frames == 0):
-        fail("pretrain_frames", config.pretrain_frames,
-             "a positive integer (0 only with protorl-train: no pre-training)")
+        raise invalid("pretrain_frames", config.pretrain_frames,
+                      "a positive integer (0 only with protorl-train: no pre-training)")
     has_pretraining = agent.supports("pretrain")
     if command == "pretrain" and not has_pretraining:
-        fail("agent", agent.name, "an agent with a task-agnostic phase: DrQ learns from the task reward only "
-             "(run it with protorl-train or protorl-finetune)")
+        raise invalid("agent", agent.name, "an agent with a task-agnostic phase: DrQ learns from the task reward only "
+                      "(run it with protorl-train or protorl-finetune)")
     if command == "train" and has_pretraining and config.pretrain_frames == 0 and not agent.supports("online"):
-        fail("pretrain_frames", 0, f"a positive integer: agent={agent.name} learns its representation only "
-             "in pre-training (agents without pre-training: "
-             f"{', '.join(name for name, a in registered_agents().items() if a.supports('online'))})")
+        raise invalid("pretrain_frames", 0, f"a positive integer: agent={agent.name} learns its representation only "
+                      "in pre-training (agents without pre-training: "
+                      f"{', '.join(name for name, a in registered_agents().items() if a.supports('online'))})")
     return agent
 
 
 def _check_process(config: Config) -> None:
     """Tracking and the device: what this machine has."""
     if config.logging.wandb and not wandb_available():
-        fail("logging.wandb", True, "false, or install the wandb package first: pip install -e \".[wandb]\"")
+        raise invalid("logging.wandb", True, "false, or install the wandb package first: pip install -e \".[wandb]\"")
     problem = device_problem(config.runtime.device)
     if problem is not None:
-        fail("runtime.device", config.runtime.device, problem)
+        raise invalid("runtime.device", config.runtime.device, problem)
 
 
 def _check_tasks(config: Config, command: str, has_pretraining: bool) -> None:
@@ -260,19 +257,20 @@ def _check_tasks(config: Config, command: str, has_pretraining: bool) -> None:
             raise ConfigError(str(error)) from None
     frame_stack = config.env.frame_stack if config.env.obs == "pixels" else 1
     if config.replay.capacity < frame_stack + config.agent.batch_size:
-        fail("replay.capacity", config.replay.capacity, f"at least the frame stack plus one batch ({frame_stack} + "
-             f"agent.batch_size {config.agent.batch_size}): a transition needs its stacks in the buffer, and a smaller "
-             "buffer would hand every update the same few transitions")
+        raise invalid("replay.capacity", config.replay.capacity, f"at least the frame stack plus one batch "
+                      f"({frame_stack} + agent.batch_size {config.agent.batch_size}): a transition needs its stacks in "
+                      "the buffer, and a smaller buffer would hand every update the same few transitions")
     phases = {"pretrain_frames": command != "finetune" and pretrains(config),
               "finetune_frames": command != "pretrain"}
     for key in (key for key, runs in phases.items() if runs):
         if getattr(config, key) // config.env.action_repeat <= config.training.seed_transitions:
-            fail(key, getattr(config, key), f"more than training.seed_transitions={config.training.seed_transitions} "
-                 f"agent steps of env.action_repeat={config.env.action_repeat} frames each: no agent update would run")
+            raise invalid(key, getattr(config, key), "more than training.seed_transitions="
+                          f"{config.training.seed_transitions} agent steps of env.action_repeat="
+                          f"{config.env.action_repeat} frames each: no agent update would run")
     if config.env.camera_id is not None:
         _check_camera(config, tasks)
     if len(set(config.finetune_tasks)) != len(config.finetune_tasks):
-        fail("finetune_tasks", list(config.finetune_tasks), "a list of distinct task names")
+        raise invalid("finetune_tasks", list(config.finetune_tasks), "a list of distinct task names")
     if command == "train" and pretrains(config):
         pretrain_domain = split_task(config.pretrain_task or config.task)[0]
         other = [task for task in downstream_tasks(config) if split_task(task)[0] != pretrain_domain]
@@ -318,31 +316,25 @@ def _check_pretrain_data(config: Config, command: str) -> None:
     """Fine-tuning on the pre-training's data: a share of the batch, simulated tasks, a replay in the snapshot."""
     for task in downstream_tasks(config) if command != "pretrain" else []:
         if gymnasium_id(task) is not None:
-            fail("replay.pretrain_data_share", config.replay.pretrain_data_share, f"0 for {task}: relabelling the "
-                 "pre-training's data needs a simulated task's physical states (DeepMind Control tasks)")
+            raise invalid("replay.pretrain_data_share", config.replay.pretrain_data_share, f"0 for {task}: "
+                          "relabelling the pre-training's data needs a simulated task's physical states (DeepMind "
+                          "Control tasks)")
     if command == "train" and pretrains(config) and not config.snapshots.with_replay:
-        fail("snapshots.with_replay", config.snapshots.with_replay, "true with replay.pretrain_data_share > 0: the "
-             "snapshot must hold the pre-training's replay buffer")
-
-
-def _float_values(config: Config) -> list[tuple[str, float]]:
-    """(dotted key, value) of every float setting, the agent's included."""
-    values = []
-    groups = ((f"{group}.", getattr(config, group)) for group in GROUPS)
-    for prefix, node in (("", config), *groups, ("agent.", config.agent)):
-        for item in dataclasses.fields(node):
-            value = getattr(node, item.name)
-            if isinstance(value, float):
-                values.append((prefix + item.name, value))
-    return values
+        raise invalid("snapshots.with_replay", config.snapshots.with_replay, "true with "
+                      "replay.pretrain_data_share > 0: the snapshot must hold the pre-training's replay buffer")
 
 
 def _check_camera(config: Config, tasks: list[str]) -> None:
+    """`env.camera_id` is a camera of every task's scene."""
     for task in tasks:
         env = make_env(task, config.env, seed=0)
-        if not isinstance(env, Simulated):
+        try:
+            cameras = env.num_cameras if isinstance(env, Simulated) else None
+        finally:
+            env.close()
+        if cameras is None:
             raise ConfigError(f"invalid config value env.camera_id={config.env.camera_id!r}: task {task} has no "
                               "cameras to choose from (it renders its own view); leave env.camera_id unset")
-        if not 0 <= config.env.camera_id < env.num_cameras:
+        if not 0 <= config.env.camera_id < cameras:
             raise ConfigError(f"invalid config value env.camera_id={config.env.camera_id!r}: task {task} has cameras 0 "
-                              f"to {env.num_cameras - 1}")
+                              f"to {cameras - 1}")

@@ -43,17 +43,16 @@ def index_row(run_dir: Path, sweep_dir: Path) -> dict[str, str]:
             "complete": str(bool(states) and all(s == "complete" for s in states.values())).lower()}
 
 
-def write_index(sweep_dir: Path) -> Path:
-    """Write `sweep_dir/index.csv` over every job directory (one holding `.hydra/`) directly below it."""
+def write_index(sweep_dir: Path) -> list[dict[str, str]]:
+    """Write `sweep_dir/index.csv` over every job directory (one holding `.hydra/`) directly below it; its rows."""
     jobs = sorted((p for p in sweep_dir.iterdir() if (p / ".hydra").is_dir()),
                   key=lambda p: (len(p.name.split("_")[0]), p.name))  # job 10 after job 9
-    path = sweep_dir / "index.csv"
-    with open(path, "w", newline="") as f:
+    rows = [index_row(job, sweep_dir) for job in jobs]
+    with open(sweep_dir / "index.csv", "w", newline="") as f:
         writer = csv.DictWriter(f, fieldnames=INDEX_COLUMNS)
         writer.writeheader()
-        for job in jobs:
-            writer.writerow(index_row(job, sweep_dir))
-    return path
+        writer.writerows(rows)
+    return rows
 
 
 class SweepIndex(Callback):
@@ -64,9 +63,8 @@ class SweepIndex(Callback):
         sweep_dir = Path(config.hydra.sweep.dir)
         if not sweep_dir.is_dir():
             return
-        path = write_index(sweep_dir)
-        with open(path, newline="") as f:
-            incomplete = [row["run_dir"] for row in csv.DictReader(f) if row["complete"] != "true"]
+        path, rows = sweep_dir / "index.csv", write_index(sweep_dir)
+        incomplete = [row["run_dir"] for row in rows if row["complete"] != "true"]
         log.info("sweep index: %s", path)
         if incomplete:
             log.error("%d job(s) did not complete: %s (see %s)", len(incomplete), ", ".join(incomplete), path)

@@ -8,10 +8,8 @@ import dataclasses
 import math
 from pathlib import Path
 
-from omegaconf.errors import OmegaConfBaseException
-
-from protorl.app.exits import exit_with, one_line
-from protorl.errors import ProtorlError
+from protorl.app.exits import exit_for, exit_with
+from protorl.errors import ResultsError
 
 
 class _ArgumentParser(argparse.ArgumentParser):
@@ -39,7 +37,6 @@ def tasks(argv: list[str] | None = None) -> None:
 
 def analyze(argv: list[str] | None = None) -> None:
     """protorl-analyze RUN_DIR: coverage and reward-variance plots and a text summary of a run's pre-training."""
-    from protorl.errors import ResultsError
     from protorl.reports.analyze import analyze_run
 
     parser = _ArgumentParser(prog="protorl-analyze", description=analyze.__doc__)
@@ -47,8 +44,8 @@ def analyze(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     try:
         print(analyze_run(args.run_dir), flush=True)
-    except (ResultsError, OSError, OmegaConfBaseException) as error:  # bad files: one line
-        exit_with(one_line(error))
+    except Exception as error:  # bad files: one line (`protorl.app.exits`); a bug keeps its traceback
+        exit_for(error)
 
 
 def probe(argv: list[str] | None = None) -> None:
@@ -77,21 +74,18 @@ def probe(argv: list[str] | None = None) -> None:
         exit_with(f"no snapshot file at {', '.join(missing)}")
     if args.csv is not None and (args.csv.is_dir() or not args.csv.parent.is_dir()):
         exit_with(f"--csv {args.csv}: not a file in an existing directory")
-    if len(args.snapshots) > 1:
-        from protorl.reports.stats import require_rliable
-
-        try:
-            require_rliable()
-        except ProtorlError as error:
-            exit_with(one_line(error))
-    if args.threads is not None:
-        import torch
-
-        torch.set_num_threads(args.threads)
     try:
+        if len(args.snapshots) > 1:  # the statistics across runs need rliable: refused before any probing
+            from protorl.reports.stats import require_rliable
+
+            require_rliable()
+        if args.threads is not None:
+            import torch
+
+            torch.set_num_threads(args.threads)
         results = probe_snapshots(args.snapshots, args.samples, args.seed, args.init_seeds)
-    except (ProtorlError, OSError) as error:
-        exit_with(one_line(error))
+    except Exception as error:  # a bad snapshot: one line (`protorl.app.exits`); a bug keeps its traceback
+        exit_for(error)
     for path, result in zip(args.snapshots, results, strict=True):
         print(f"{path}\n{result.table()}\n" if len(results) > 1 else result.table(), flush=True)
     if len(results) > 1:
@@ -115,7 +109,6 @@ def _reference_score(text: str) -> tuple[str, float]:
 def aggregate(argv: list[str] | None = None) -> None:
     """protorl-aggregate PATH [PATH ...]: learning curves, final-score tables and rliable statistics (IQM,
     mean, median, optimality gap, performance profiles) over the downstream phases of runs and sweeps."""
-    from protorl.errors import ResultsError
     from protorl.reports.aggregate import aggregate_runs
     from protorl.reports.records import RETURN, SCORES, SUCCESS, pretraining_metric
     from protorl.reports.versus import baseline_method
@@ -182,5 +175,5 @@ def aggregate(argv: list[str] | None = None) -> None:
         print(aggregate_runs(args.paths, args.out, args.group_by, args.reps, args.seed, metric, args.tasks,
                              args.all_curves, args.versus, baselines),
               flush=True)
-    except (ResultsError, OSError, OmegaConfBaseException) as error:  # bad files: one line
-        exit_with(one_line(error))
+    except Exception as error:  # bad files: one line (`protorl.app.exits`); a bug keeps its traceback
+        exit_for(error)
