@@ -341,6 +341,9 @@ GROUPS = ("env", "training", "replay", "snapshots", "checkpoints", "evaluation",
 # Agent configs (`agent=NAME`) renamed, and what each is now: Proto-RL as published was `proto_paper` when
 # `agent=proto` meant the preset's choice
 RENAMED_AGENTS = {"proto_paper": "proto"}
+# Experiment presets renamed, and what each is now: at URLB's 2M budget the departures' fine-tuning is named as such
+RENAMED_EXPERIMENTS = {f"{domain}_urlb_finetune_2m": f"{domain}_urlb_departures_finetune_2m"
+                       for domain in ("walker", "quadruped", "reach_duplo")}
 
 # The keys of the flat config before the groups, and what each is now
 RENAMED = {

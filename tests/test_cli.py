@@ -186,6 +186,14 @@ def test_the_renamed_agent_config_names_its_new_name(tmp_path):
     assert not (tmp_path / "run").exists()
 
 
+def test_the_renamed_experiment_names_both_fine_tunings(tmp_path):
+    result = run("finetune", "-m", "experiment=quadruped_urlb_finetune_2m", "pretrain_sweep=x",
+                 run_dir=tmp_path / "run")
+    assert_user_error(result, "experiment=quadruped_urlb_finetune_2m is now "
+                      "experiment=quadruped_urlb_departures_finetune_2m", "quadruped_urlb_paper_finetune_2m")
+    assert not (tmp_path / "run").exists()
+
+
 @pytest.mark.parametrize("command", ["train", "pretrain", "finetune"])
 def test_help_says_what_the_command_does_and_the_keys_to_change_first(command, tmp_path):
     result = run(command, "--help", run_dir=tmp_path / "run")
@@ -204,10 +212,15 @@ def test_invalid_value_exits_2(tmp_path):
     assert not (tmp_path / "run").exists()
 
 
-@pytest.mark.parametrize("sweep", [False, True])
-def test_a_job_name_of_ones_own_does_not_change_the_command(tmp_path, sweep):
-    """`hydra.job.name` names the run's directory (base.yaml); the command stays the one run."""
+@pytest.mark.parametrize(("sweep", "own_config"), [(False, False), (True, False), (False, True)])
+def test_a_job_name_or_config_of_ones_own_does_not_change_the_command(tmp_path, sweep, own_config):
+    """`hydra.job.name` names the run's directory (base.yaml), and a config of one's own may build on a command's;
+    the command stays the one run."""
     overrides = ("-m", "seed=1,2") if sweep else ()
+    if own_config:
+        (tmp_path / "mine").mkdir()
+        (tmp_path / "mine" / "my_study.yaml").write_text("defaults:\n  - pretrain\n  - _self_\n")
+        overrides = ("--config-dir", str(tmp_path / "mine"), "--config-name", "my_study")
     result = run("pretrain", *overrides, "hydra.job.name=my_study", "agent.batch_size=0", run_dir=tmp_path / "run")
     if sweep:  # every job's line under the sweep's
         assert result.returncode == 2 and "2 of the sweep's 2 jobs would stop" in result.stderr, result.stderr

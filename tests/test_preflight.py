@@ -132,3 +132,24 @@ def test_finetune_without_arguments_names_the_commands_that_make_a_snapshot(tmp_
     assert_user_error(result, "snapshot=", "protorl-pretrain preset=small", "protorl-finetune preset=small",
                       "protorl-train")
     assert not (tmp_path / "runs").exists()
+
+
+@pytest.mark.parametrize(("load", "threads", "busy"), [
+    (1.0, 2, False),  # this process alone on 2 cores
+    (1.6, 2, False),  # less than a core's worth of other work
+    (3.0, 2, True),  # two other jobs: two threads would wait on each other
+    (2.0, 1, False),  # one other job beside one thread
+    (3.0, 1, True),
+])
+def test_the_cpu_is_busy_when_other_work_leaves_fewer_free_cores_than_threads(monkeypatch, load, threads, busy):
+    monkeypatch.setattr(preflight_module.os, "getloadavg", lambda: (load, load, load))
+    monkeypatch.setattr(preflight_module.os, "sched_getaffinity", lambda pid: {0, 1}, raising=False)
+    assert preflight_module._cpu_busy(threads) is busy
+
+
+def test_where_the_load_is_unknown_the_cpu_counts_as_busy(monkeypatch):
+    def unknown():
+        raise OSError("no load average")
+
+    monkeypatch.setattr(preflight_module.os, "getloadavg", unknown)
+    assert preflight_module._cpu_busy(2)

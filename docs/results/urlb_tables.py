@@ -52,16 +52,18 @@ def published_text(value: tuple[float, float | None] | None) -> str:
 
 
 def arm_name(arm: tuple[str, int]) -> str:
+    """An arm as the page says it: "paper from 2M", "departures from 500k"."""
     fine_tuning, frames = arm
     return f"{fine_tuning} from {frames // 1000}k" if frames < 1_000_000 else f"{fine_tuning} from {frames // 10**6}M"
 
 
 def main(page: Path) -> None:
+    """Print the tables of the page in the directory `page`."""
     arms = read_scores(page / "scores.csv")
     published = read_published(PUBLISHED)
     tasks = sorted({task for arm in arms.values() for task in arm}, key=list(published).index)
     expert = np.array([published[task]["expert"][0] for task in tasks])
-    print("per task: each arm's seeds (mean); URLB's Proto-RL; the best published agent on the task")
+    print("per task: each arm's seeds (mean); URLB's Proto-RL; the best of the published agents listed")
     for task in tasks:
         agents = {agent: value for agent, value in published[task].items() if agent != "expert"}
         best = max(agents, key=lambda agent: agents[agent][0])

@@ -47,7 +47,7 @@ def registered_agents() -> dict[str, type[Agent]]:
         if entry.name in BUILT_IN or entry.name != cls.name:
             raise ConfigError(f"{where}: its name must be the class's `name` ({cls.name!r}) and not one of "
                               f"protorl's own agents ({', '.join(BUILT_IN)})")
-        if hasattr(cls, "steps"):  # its override would no longer be called
+        if callable(getattr(cls, "steps", None)) and cls.parts is Agent.parts:  # its override would not be called
             raise ConfigError(f"{where}: defines steps(step), which protorl now calls parts(step) (returning "
                               "protorl.agents.sac.UpdateParts, formerly UpdateSteps): rename it")
         agents[entry.name] = cls

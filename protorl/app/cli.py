@@ -79,7 +79,8 @@ class PlanBeforeRun(Callback):
     bad value in one job stops the sweep before any job has run (each job checks the memory and time it needs when
     it starts, on the machine it runs on)."""
 
-    def __init__(self) -> None:
+    def __init__(self, command: str) -> None:
+        self.command = command  # one of `COMMANDS`: its entry config (train.yaml, ...) names it
         self.plan: RunPlan | None = None
 
     def on_multirun_start(self, config: DictConfig, **kwargs) -> None:
@@ -95,7 +96,7 @@ class PlanBeforeRun(Callback):
                         job.hydra.job.num, job.hydra.job.id = num, f"{job.hydra.job.name}_{num}"
                     HydraConfig.instance().set_config(job)  # the job's choices name its directory
                     run_dir = str(Path(job.hydra.sweep.dir) / job.hydra.sweep.subdir)
-                    plan_command(_settings(job, run_dir), job.hydra.job.config_name, overrides, on_this_machine=False)
+                    plan_command(_settings(job, run_dir), self.command, overrides, on_this_machine=False)
                 except Exception as error:
                     ending = exit_status(error)
                     if ending is None:
@@ -113,7 +114,7 @@ class PlanBeforeRun(Callback):
 
     def on_run_start(self, config: DictConfig, **kwargs) -> None:
         try:  # Hydra would turn an error here into a warning and run unchecked: it ends the command here
-            self.plan = plan_command(_settings(config, config.hydra.run.dir), config.hydra.job.config_name,
+            self.plan = plan_command(_settings(config, config.hydra.run.dir), self.command,
                                      config.hydra.overrides.task)
         except Exception as error:
             if exit_status(error) is None:  # a bug: one line, status 1, rather than Hydra's warning

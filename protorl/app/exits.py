@@ -19,7 +19,7 @@ import torch
 from hydra.errors import HydraException, MissingConfigException, OverrideParseException
 from omegaconf.errors import OmegaConfBaseException
 
-from protorl.config import RENAMED_AGENTS, renamed_message, unknown_key_message
+from protorl.config import RENAMED_AGENTS, RENAMED_EXPERIMENTS, renamed_message, unknown_key_message
 from protorl.errors import ProtorlError, TrainingDiverged, did_you_mean
 
 INTERRUPTED_STATUS = 130  # 128 + SIGINT, as shells report a command stopped by Ctrl-C
@@ -136,6 +136,10 @@ def _missing_option(error: MissingConfigException) -> str:
     if group == "agent" and name in RENAMED_AGENTS:
         return (f"agent={name} is now agent={RENAMED_AGENTS[name]} (Proto-RL as published, under every preset; "
                 "agent=proto_variant: its working variant; CHANGELOG.md)")
+    if group == "experiment" and name in RENAMED_EXPERIMENTS:
+        paper = name.replace("_finetune_2m", "_paper_finetune_2m")
+        return (f"experiment={name} is now experiment={RENAMED_EXPERIMENTS[name]} (protorl's departures); "
+                f"experiment={paper} fine-tunes as the paper does, which measured better at 2M (CHANGELOG.md)")
     if not group or not error.options:
         return one_line(error)
     return (f"{group}={name}: no such {group}{did_you_mean(name, error.options)}; the {group}s are "

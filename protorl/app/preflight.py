@@ -51,6 +51,7 @@ def preflight(config: Config, phases: Sequence[PlannedPhase], pretrained: dict |
     threads = torch.get_num_threads()
     if config.runtime.threads is not None:
         torch.set_num_threads(config.runtime.threads)  # as the run will
+    run_threads = torch.get_num_threads()
     try:
         for phase in phases:  # the tasks of a domain share their shapes: one phase of each mode
             if phase.mode in timed:
@@ -74,7 +75,7 @@ def preflight(config: Config, phases: Sequence[PlannedPhase], pretrained: dict |
         parts.append(f"{phase.dir_name}: {updates[phase]} updates at {min(update_s, alone_s) * 1e3:.1f} ms and "
                      f"{steps} agent steps at {step_s * 1e3:.1f} ms")
         if alone_s * BUSY_RATIO < update_s:
-            busy = (f"; this CPU is busy: an update took {update_s * 1e3:.0f} ms on {torch.get_num_threads()} threads "
+            busy = (f"; this CPU is busy: an update took {update_s * 1e3:.0f} ms on {run_threads} threads "
                     f"and {alone_s * 1e3:.1f} ms on one, so runtime.threads=1 runs faster beside the other work")
     estimate = (f"at least {duration_text(seconds)} on this machine's {'GPU' if device.type == 'cuda' else 'CPU'} "
                 f"({'; '.join(parts)}, timed here; evaluations, analyses and logging not counted){busy}")
@@ -132,7 +133,8 @@ def _check_replay(config: Config, phase: PlannedPhase, env: Env, device: torch.d
 def _time_phase(config: Config, phase: PlannedPhase, env: Env, time_step, device: torch.device
                 ) -> tuple[float, float, float]:
     """(seconds per update, seconds per agent step: the policy's action and the environment's step, seconds per
-    update on one CPU thread: the first where the run has no more) of `phase`, in `env` from its first `time_step`."""
+    update on one CPU thread where the CPU is busy, else the first figure again) of `phase`, in `env` from its first
+    `time_step`."""
     agent_cfg = agent_config(config.agent)
     agent = make_agent(agent_cfg, env.obs_type, env.obs_shape, env.action_shape, device, phase.mode)
     started = time.perf_counter()
@@ -167,14 +169,14 @@ def _time_updates(agent, batch: Batch, device: torch.device) -> float:
 
 
 def _cpu_busy(threads: int) -> bool:
-    """Whether other work leaves this process fewer free cores than `threads`, by the last minute's load average
-    (True where the operating system does not say)."""
+    """Whether other work, a core's worth at least, leaves this process fewer free cores than `threads`, by the last
+    minute's load average (True where the operating system does not say)."""
     try:
         others = os.getloadavg()[0] - 1  # this process is one of the load
     except (AttributeError, OSError):
         return True
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
-    return others + threads > cores
+    return others >= 1 and others + threads > cores
 
 
 def _meminfo() -> dict[str, int]:

@@ -20,7 +20,7 @@ from hydra.experimental.callback import Callback
 from omegaconf import DictConfig, OmegaConf
 
 from protorl.reports.io import agent_choice
-from protorl.storage.run_files import CONFIG_FILE, is_complete, phase_dirs, read_run_config
+from protorl.storage.run_files import CONFIG_FILE, SWEEP_INDEX_FILE, is_complete, phase_dirs, read_run_config
 
 log = logging.getLogger("protorl")
 INDEX_COLUMNS = ["run_dir", "overrides", "agent", "task", "seed", "phases", "complete"]
@@ -48,7 +48,7 @@ def write_index(sweep_dir: Path) -> list[dict[str, str]]:
     jobs = sorted((p for p in sweep_dir.iterdir() if (p / ".hydra").is_dir()),
                   key=lambda p: (len(p.name.split("_")[0]), p.name))  # job 10 after job 9
     rows = [index_row(job, sweep_dir) for job in jobs]
-    with open(sweep_dir / "index.csv", "w", newline="") as f:
+    with open(sweep_dir / SWEEP_INDEX_FILE, "w", newline="") as f:
         writer = csv.DictWriter(f, fieldnames=INDEX_COLUMNS)
         writer.writeheader()
         writer.writerows(rows)
@@ -63,7 +63,7 @@ class SweepIndex(Callback):
         sweep_dir = Path(config.hydra.sweep.dir)
         if not sweep_dir.is_dir():
             return
-        path, rows = sweep_dir / "index.csv", write_index(sweep_dir)
+        path, rows = sweep_dir / SWEEP_INDEX_FILE, write_index(sweep_dir)
         incomplete = [row["run_dir"] for row in rows if row["complete"] != "true"]
         log.info("sweep index: %s", path)
         if incomplete:

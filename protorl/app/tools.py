@@ -8,7 +8,7 @@ import dataclasses
 import math
 from pathlib import Path
 
-from protorl.app.exits import exit_for, exit_with
+from protorl.app.exits import exit_for, exit_with, one_line
 from protorl.errors import ResultsError
 
 
@@ -52,6 +52,8 @@ def probe(argv: list[str] | None = None) -> None:
     """protorl-probe SNAPSHOT [SNAPSHOT ...]: what a frozen encoder knows, as the R^2 of a linear probe from its
     features to the physical state, beside a randomly initialised encoder's and the observation's own; for several
     snapshots (seeds, methods), also their means across runs with 95% CIs."""
+    import torch
+
     from protorl.reports.probe import probe_snapshots, summary_table, write_csv
 
     parser = _ArgumentParser(prog="protorl-probe", description=probe.__doc__)
@@ -80,18 +82,18 @@ def probe(argv: list[str] | None = None) -> None:
 
             require_rliable()
         if args.threads is not None:
-            import torch
-
             torch.set_num_threads(args.threads)
         results = probe_snapshots(args.snapshots, args.samples, args.seed, args.init_seeds)
+        for path, result in zip(args.snapshots, results, strict=True):
+            print(f"{path}\n{result.table()}\n" if len(results) > 1 else result.table(), flush=True)
+        if len(results) > 1:
+            print(summary_table(results), flush=True)
+        if args.csv is not None:
+            write_csv(args.csv, args.snapshots, results)
+    except (MemoryError, torch.OutOfMemoryError) as error:  # the machine's or a GPU's
+        exit_with(f"out of memory probing ({one_line(error).split('. ')[0]}): fewer --samples")
     except Exception as error:  # a bad snapshot: one line (`protorl.app.exits`); a bug keeps its traceback
         exit_for(error)
-    for path, result in zip(args.snapshots, results, strict=True):
-        print(f"{path}\n{result.table()}\n" if len(results) > 1 else result.table(), flush=True)
-    if len(results) > 1:
-        print(summary_table(results), flush=True)
-    if args.csv is not None:
-        write_csv(args.csv, args.snapshots, results)
 
 
 def _reference_score(text: str) -> tuple[str, float]:

@@ -42,7 +42,7 @@ from protorl.reports.stats import (
     write_estimates,
 )
 from protorl.reports.versus import estimates, label_by_setting, plot_versus, read_baseline, summary_lines, write_versus
-from protorl.storage.run_files import PRETRAIN_DIR, is_complete, scratch_dir_name
+from protorl.storage.run_files import PRETRAIN_DIR, SWEEP_INDEX_FILE, is_complete, scratch_dir_name
 
 
 def score_table(complete: list[Record], metric: Metric = RETURN) -> list[dict]:
@@ -166,7 +166,7 @@ def stopped_jobs(paths: list[Path], records: list) -> list[str]:
     before writing anything)."""
     stopped = []
     for path in paths:
-        index = path / "index.csv"
+        index = path / SWEEP_INDEX_FILE
         if not index.is_file():
             continue
         with open(index, newline="") as file:

@@ -19,6 +19,7 @@ from protorl.config import Config, grouped
 
 CONFIG_FILE = "config.yaml"
 RESULT_FILE = "result.json"
+SWEEP_INDEX_FILE = "index.csv"  # a sweep directory's: one row per job (protorl.app.sweep)
 SETTINGS_KEY = "settings"  # a checkpoint's and a result record's: the run's settings, dotted (rundir.run_settings)
 SNAPSHOT_DIGESTS_KEY = "snapshot_digests"  # a result record's: the digest of each snapshot it lists
 PRETRAIN_DIR = "pretrain"
