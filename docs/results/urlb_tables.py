@@ -52,8 +52,10 @@ def published_text(value: tuple[float, float | None] | None) -> str:
 
 
 def arm_name(arm: tuple[str, int]) -> str:
-    """An arm as the page says it: "paper from 2M", "departures from 500k"."""
+    """An arm as the page says it: "paper from 2M", "departures from 500k", "scratch, no pre-training"."""
     fine_tuning, frames = arm
+    if frames == 0:
+        return f"{fine_tuning}, no pre-training"
     return f"{fine_tuning} from {frames // 1000}k" if frames < 1_000_000 else f"{fine_tuning} from {frames // 10**6}M"
 
 
