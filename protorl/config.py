@@ -220,6 +220,10 @@ class EvaluationConfig:
         positive("evaluation", self, "every_frames", "episodes", "video_size")  # no episode: no score
 
 
+PROBE_MIN_SAMPLES = 20  # frames a state probe fits on, at least (here and in protorl-probe)
+PROBE_SAMPLES_RULE = f"at least {PROBE_MIN_SAMPLES} frames (a quarter of them are held out)"
+
+
 @dataclass
 class AnalysesConfig:
     """Pre-training analyses (protorl/exploration/): state coverage, maze maps, k-NN reward variance, state probe."""
@@ -239,9 +243,8 @@ class AnalysesConfig:
             raise invalid("analyses.every_frames", self.every_frames, "a positive frame count or null")
         if self.coverage_bins < 2:
             raise invalid("analyses.coverage_bins", self.coverage_bins, "an integer >= 2")
-        if self.probe_samples is not None and self.probe_samples < 20:
-            raise invalid("analyses.probe_samples", self.probe_samples,
-                          "null or at least 20 frames (a quarter of them are held out)")
+        if self.probe_samples is not None and self.probe_samples < PROBE_MIN_SAMPLES:
+            raise invalid("analyses.probe_samples", self.probe_samples, f"null or {PROBE_SAMPLES_RULE}")
         if self.variance_repeats < 2:
             raise invalid("analyses.variance_repeats", self.variance_repeats,
                           "an integer >= 2 (a spread needs two draws)")

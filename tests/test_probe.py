@@ -200,6 +200,7 @@ def test_the_command_prints_the_table_and_refuses_a_bad_snapshot(snapshot, tmp_p
         "snapshot,method,pretrain_frames,features,r2_mean,r2/position root_x")
     assert_user_error(probe(str(tmp_path / "missing.pt")), "missing.pt")
     assert_user_error(probe(str(snapshot), "--threads", "0"), "--threads=0")
+    assert_user_error(probe(str(snapshot), "--samples", "19"), "--samples=19: at least 20 frames")
 
     several = probe(str(snapshot), str(snapshot), "--samples", "200", "--init-seeds", "1", "--csv",
                     str(tmp_path / "two.csv"))

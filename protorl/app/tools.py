@@ -9,6 +9,7 @@ import math
 from pathlib import Path
 
 from protorl.app.exits import exit_for, exit_with, one_line
+from protorl.config import PROBE_MIN_SAMPLES, PROBE_SAMPLES_RULE
 from protorl.errors import ResultsError
 
 
@@ -67,8 +68,8 @@ def probe(argv: list[str] | None = None) -> None:
     parser.add_argument("--threads", type=int, help="CPU threads (torch.set_num_threads; default: torch's); "
                         "1 beside other jobs, as a sweep's runs use")
     args = parser.parse_args(argv)
-    if args.samples < 20:
-        exit_with(f"--samples={args.samples}: at least 20 frames (a quarter of them are held out)")
+    if args.samples < PROBE_MIN_SAMPLES:
+        exit_with(f"--samples={args.samples}: {PROBE_SAMPLES_RULE}")
     if args.threads is not None and args.threads < 1:
         exit_with(f"--threads={args.threads}: at least 1")
     missing = [str(path) for path in args.snapshots if not path.is_file()]
