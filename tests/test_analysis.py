@@ -13,6 +13,7 @@ import imageio.v3 as iio
 import numpy as np
 import pytest
 import torch
+from omegaconf import OmegaConf
 
 from protorl.app.plan import validate
 from protorl.app.tools import analyze
@@ -399,10 +400,22 @@ def test_analyze_command_writes_plots_and_summary(maze_run, capsys):
     out = maze_run / "analysis"
     assert printed.strip() == (out / "analysis.txt").read_text().strip()
     assert "pre-training on point_mass_maze_explore: 2000 frames, complete" in printed
+    assert "agent proto, seed" in printed  # the agent config chosen, as Hydra recorded it (agent=proto by default)
     assert "coverage at 2000 frames: normalised entropy" in printed and "uniform / proto" in printed
     for name in ("coverage.png", "variance.png", "map.png"):
         assert iio.imread(out / name).ndim == 3
     assert analyze_run(maze_run / "pretrain").startswith("protorl analysis")  # a phase directory works too
+
+
+@pytest.mark.slow
+def test_the_summary_names_the_agent_config_the_run_chose(maze_run, tmp_path):
+    """agent=proto and agent=proto_variant share agent.name "proto": the summary names the one Hydra recorded."""
+    variant = tmp_path / "variant"
+    shutil.copytree(maze_run, variant)
+    record = OmegaConf.load(variant / ".hydra" / "hydra.yaml")
+    record.hydra.runtime.choices.agent = "proto_variant"
+    OmegaConf.save(record, variant / ".hydra" / "hydra.yaml")
+    assert "agent proto_variant, seed" in analyze_run(variant)
 
 
 def test_analyze_refuses_a_directory_that_is_not_a_run(tmp_path, capsys):

@@ -253,6 +253,7 @@ def test_composed_cli_configs(config_name, paper_scale):
         assert cfg.task == "point_mass_easy"
     else:
         assert (cfg.task, cfg.env.obs) == ("point_mass_maze_reach_top_left", "states")
+        assert cfg.runtime.threads == 1  # the main job on one thread: a busy CPU's threads wait on each other
         assert cfg.pretrain_frames < PAPER_RUN["pretrain_frames"] and cfg.agent.batch_size < 512
         # the small preset's departures; the remaining hyper-parameters stay the paper's
         for key, value in PAPER_AGENT.items():

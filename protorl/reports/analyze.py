@@ -23,7 +23,7 @@ from protorl.errors import ResultsError
 from protorl.exploration.analysis import LoggedRun, Report
 from protorl.plots import Curve, Level, Panel, Rows, has, plot_curves, series
 from protorl.reports.finetuning import evaluated_downstream_dirs, plot_finetuning
-from protorl.reports.io import read_csv, read_result
+from protorl.reports.io import agent_choice, read_csv, read_result
 from protorl.reports.paths import inside
 from protorl.storage.run_files import CONFIG_FILE, PRETRAIN_DIR, RESULT_FILE, read_run_config
 from protorl.training.callbacks.exploration import analysis_classes
@@ -76,7 +76,7 @@ def _summary(run_dir: Path, phase: Path, config: DictConfig | None, rows: Rows, 
     """A few lines: what ran, each analysis's report, the representation, the fine-tuning, the files written."""
     lines = [f"protorl analysis of {run_dir}"]
     if config is not None:
-        lines.append(f"  agent {config.agent.get('name', 'proto')}, seed {config.seed}, "
+        lines.append(f"  agent {agent_choice(run_dir, config)}, seed {config.seed}, "
                      f"obs {OmegaConf.select(config, 'env.obs', default='?')}, "
                      f"coverage bins {OmegaConf.select(config, 'analyses.coverage_bins', default='?')} per coordinate")
     done = read_result(phase)
