@@ -66,6 +66,16 @@ def test_an_installed_package_adds_its_agent_through_the_entry_point(tmp_path, o
     assert agent_class("toy").__module__ == "protorl_toy" and set(BUILT_IN) < set(registered_agents())
 
 
+def test_the_commands_help_lists_an_installed_agent(tmp_path):
+    env = environment()
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(install(tmp_path / "site")), env.get("PYTHONPATH")]))
+    result = subprocess.run([*command_line("train", run_dir=tmp_path / "help")[:3], "--help"], capture_output=True,
+                            text=True, timeout=TIMEOUT_S, env=env, cwd=tmp_path, check=False)
+    assert result.returncode == 0, result.stderr
+    agents = result.stdout.split("agent, the method:")[1].split("experiment,")[0]
+    assert "toy" in agents.replace(",", " ").split() and "proto_variant" in agents
+
+
 @pytest.mark.slow
 def test_a_toy_agent_pretrains_and_finetunes_through_the_commands(tmp_path, on_path):
     site, run_dir = install(tmp_path / "site"), tmp_path / "toy"
