@@ -70,10 +70,10 @@ def preflight(config: Config, phases: Sequence[PlannedPhase], pretrained: dict |
     seconds, parts, busy = 0.0, [], ""
     for phase in phases:
         update_s, step_s, alone_s = timed[phase.mode]
-        steps = phase.frames // config.env.action_repeat
-        seconds += updates[phase] * min(update_s, alone_s) + steps * step_s
-        parts.append(f"{phase.dir_name}: {updates[phase]} updates at {min(update_s, alone_s) * 1e3:.1f} ms and "
-                     f"{steps} agent steps at {step_s * 1e3:.1f} ms")
+        counted_s, steps = min(update_s, alone_s), phase.frames // config.env.action_repeat
+        seconds += updates[phase] * counted_s + steps * step_s
+        parts.append(f"{phase.dir_name}: {updates[phase]} updates at {counted_s * 1e3:.1f} ms and {steps} agent steps "
+                     f"at {step_s * 1e3:.1f} ms")
         if alone_s * BUSY_RATIO < update_s:
             busy = (f"; this CPU is busy: an update took {update_s * 1e3:.0f} ms on {run_threads} threads "
                     f"and {alone_s * 1e3:.1f} ms on one, so runtime.threads=1 runs faster beside the other work")
