@@ -15,7 +15,7 @@ from protorl.errors import ConfigError
 
 __all__ = ["EVAL_SEED_OFFSET", "GROUPS", "MAX_SEED", "RENAMED", "AgentConfig", "AnalysesConfig", "CheckpointsConfig",
            "Config", "ConfigError", "EnvConfig", "EvaluationConfig", "LoggingConfig", "ReplayConfig", "RuntimeConfig",
-           "SnapshotsConfig", "TrainingConfig", "architecture", "architecture_keys", "downstream_tasks", "free",
+           "SnapshotsConfig", "TrainingConfig", "architecture", "architecture_keys", "free",
            "grouped", "in_unit_interval", "invalid", "positive", "renamed_message", "rerun_free_keys",
            "unknown_key_message"]
 
@@ -338,6 +338,21 @@ class Config:
     runtime: RuntimeConfig = field(default_factory=RuntimeConfig)
     agent: AgentConfig = field(default_factory=AgentConfig)  # the chosen agent's subclass (`agent=NAME`)
 
+    @property
+    def downstream_tasks(self) -> list[str]:
+        """The tasks fine-tuned after one pre-training: `finetune_tasks`, or `task` alone."""
+        return list(self.finetune_tasks) or [self.task]
+
+    def runs_analyses(self, phase: str) -> bool:
+        """Whether `phase` ("pretrain" or "finetune") runs the exploration analyses: pre-training with
+        `analyses.every_frames`."""
+        return phase == "pretrain" and self.analyses.every_frames is not None
+
+    def keeps_physical_states(self, phase: str) -> bool:
+        """Whether the replay buffer of `phase` keeps every frame's physical state: for the analyses, or for a
+        snapshot's replay (`snapshots.with_replay`), which fine-tuning relabels with a task's reward."""
+        return self.runs_analyses(phase) or (phase == "pretrain" and self.snapshots.with_replay)
+
 
 GROUPS = ("env", "training", "replay", "snapshots", "checkpoints", "evaluation", "analyses", "logging", "runtime")
 
@@ -420,19 +435,3 @@ def grouped(saved: dict) -> dict:
 
 EVAL_SEED_OFFSET = 100_000  # the evaluation environment's seed: the run's plus this, apart from training's stream
 MAX_SEED = 2**32 - 1 - EVAL_SEED_OFFSET  # NumPy's and MuJoCo's seeds are 32-bit
-
-def downstream_tasks(config: Config) -> list[str]:
-    """The tasks fine-tuned after one pre-training: `finetune_tasks`, or `task` alone."""
-    return list(config.finetune_tasks) or [config.task]
-
-
-def runs_analyses(config: Config, phase: str) -> bool:
-    """Whether `phase` ("pretrain" or "finetune") runs the exploration analyses: pre-training with
-    `analyses.every_frames`."""
-    return phase == "pretrain" and config.analyses.every_frames is not None
-
-
-def keeps_physical_states(config: Config, phase: str) -> bool:
-    """Whether the replay buffer of `phase` keeps every frame's physical state: for the analyses, or for a
-    snapshot's replay (`snapshots.with_replay`), which fine-tuning relabels with a task's reward."""
-    return runs_analyses(config, phase) or (phase == "pretrain" and config.snapshots.with_replay)

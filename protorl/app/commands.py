@@ -30,7 +30,7 @@ from protorl.storage.run_files import CONFIG_FILE
 from protorl.storage.rundir import claim_run_dir, release_run_dir, run_settings
 from protorl.storage.snapshots import load_snapshot
 from protorl.training import PhaseResult, Trainer, prepare_process
-from protorl.training.phases import PlannedPhase, compares_without_pretraining
+from protorl.training.phases import PlannedPhase
 
 log = logging.getLogger("protorl")
 
@@ -79,11 +79,11 @@ def run_plan(plan: RunPlan) -> list[PhaseResult]:
         device = prepare_process(config.runtime)
         log.info("run directory %s, device %s", run_dir, device)
         wandb_run = start_run(config.logging, run_dir, OmegaConf.to_container(OmegaConf.structured(config)))
-        from_snapshot = any(phase.mode == "frozen" for phase in plan.phases)
-        if plan.command == "train" and not from_snapshot:
+        modes = {phase.mode for phase in plan.phases}
+        if plan.command == "train" and "frozen" not in modes:
             log.info("no pre-training (agent=%s, pretrain_frames=%d): the downstream agent learns its representation "
                      "by its own rule while it learns the task", config.agent.name, config.pretrain_frames)
-        if from_snapshot and config.compare_without_pretraining and not compares_without_pretraining(config):
+        if "frozen" in modes and config.compare_without_pretraining and "online" not in modes:
             log.info("compare_without_pretraining: agent=%s has no mode without pre-training; skipped",
                      config.agent.name)
         results, pretrained = [], plan.pretrained

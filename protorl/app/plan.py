@@ -37,7 +37,6 @@ from protorl.config import (
     AgentConfig,
     Config,
     ConfigError,
-    downstream_tasks,
     invalid,
     renamed_message,
     unknown_key_message,
@@ -87,7 +86,7 @@ def plan_run(config: Config, command: str, named: Collection[str] = (), on_this_
     pretrained = None
     if command == "finetune" and config.snapshot:  # refuse a missing, changed or mismatched snapshot before any work
         pretrained = load_snapshot(config.snapshot, agent=config.agent)
-        for task in downstream_tasks(config):
+        for task in config.downstream_tasks:
             check_spec(Path(config.snapshot), pretrained["env_spec"], make_env(task, config.env, seed=0).spec())
         if config.replay.pretrain_data_share > 0 and "replay" not in pretrained:
             raise ConfigError(f"replay.pretrain_data_share={config.replay.pretrain_data_share}: snapshot "
@@ -260,8 +259,8 @@ def _check_tasks(config: Config, command: str, has_pretraining: bool) -> None:
         raise invalid("replay.capacity", config.replay.capacity, f"at least the frame stack plus one batch "
                       f"({frame_stack} + agent.batch_size {config.agent.batch_size}): a transition needs its stacks in "
                       "the buffer, and a smaller buffer would hand every update the same few transitions")
-    phases = {"pretrain_frames": command != "finetune" and pretrains(config),
-              "finetune_frames": command != "pretrain"}
+    pretraining = command != "finetune" and pretrains(config)  # this run has a pre-training phase
+    phases = {"pretrain_frames": pretraining, "finetune_frames": command != "pretrain"}
     for key in (key for key, runs in phases.items() if runs):
         if getattr(config, key) // config.env.action_repeat <= config.training.seed_transitions:
             raise invalid(key, getattr(config, key), "more than training.seed_transitions="
@@ -271,14 +270,14 @@ def _check_tasks(config: Config, command: str, has_pretraining: bool) -> None:
         _check_camera(config, tasks)
     if len(set(config.finetune_tasks)) != len(config.finetune_tasks):
         raise invalid("finetune_tasks", list(config.finetune_tasks), "a list of distinct task names")
-    if command == "train" and pretrains(config):
+    if command == "train" and pretraining:
         pretrain_domain = split_task(config.pretrain_task or config.task)[0]
-        other = [task for task in downstream_tasks(config) if split_task(task)[0] != pretrain_domain]
+        other = [task for task in config.downstream_tasks if split_task(task)[0] != pretrain_domain]
         if other:
             raise ConfigError(f"downstream task(s) {', '.join(other)} are not of the pre-training task's domain "
                               f"{pretrain_domain!r}: a snapshot serves the tasks of its own domain only")
     if config.replay.pretrain_data_share != 0:
-        _check_pretrain_data(config, command)
+        _check_pretrain_data(config, command, pretraining)
     if command == "finetune" and not (config.snapshot or config.pretrain_sweep) and has_pretraining:
         raise ConfigError("finetune needs a pre-training snapshot: add snapshot=/path/to/snapshot.pt or "
                           "pretrain_sweep=<a pre-training sweep's directory>; protorl-pretrain preset=small writes "
@@ -294,7 +293,7 @@ def check_named_task(config: Config, command: str, named: Collection[str] = ("ta
         return
     tasks, in_its_place = [], {}
     if command != "pretrain":
-        tasks += downstream_tasks(config)
+        tasks += config.downstream_tasks
         if config.finetune_tasks:
             in_its_place["finetune_tasks"] = f"finetune_tasks=[{','.join(config.finetune_tasks)}]"
         if command == "finetune" and config.pretrain_sweep and not config.pretrain_task:
@@ -312,14 +311,15 @@ def check_named_task(config: Config, command: str, named: Collection[str] = ("ta
                           f"{' and '.join(fixes[key] for key in in_its_place)}{presets}")
 
 
-def _check_pretrain_data(config: Config, command: str) -> None:
-    """Fine-tuning on the pre-training's data: a share of the batch, simulated tasks, a replay in the snapshot."""
-    for task in downstream_tasks(config) if command != "pretrain" else []:
+def _check_pretrain_data(config: Config, command: str, pretraining: bool) -> None:
+    """Fine-tuning on the pre-training's data: a share of the batch, simulated tasks, a replay in the snapshot
+    (`pretraining`: this run's own pre-training writes it)."""
+    for task in config.downstream_tasks if command != "pretrain" else []:
         if gymnasium_id(task) is not None:
             raise invalid("replay.pretrain_data_share", config.replay.pretrain_data_share, f"0 for {task}: "
                           "relabelling the pre-training's data needs a simulated task's physical states (DeepMind "
                           "Control tasks)")
-    if command == "train" and pretrains(config) and not config.snapshots.with_replay:
+    if command == "train" and pretraining and not config.snapshots.with_replay:
         raise invalid("snapshots.with_replay", config.snapshots.with_replay, "true with "
                       "replay.pretrain_data_share > 0: the snapshot must hold the pre-training's replay buffer")
 

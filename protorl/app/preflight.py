@@ -25,7 +25,7 @@ from pathlib import Path
 import torch
 
 from protorl.agents import agent_config, make_agent
-from protorl.config import Config, ConfigError, keeps_physical_states
+from protorl.config import Config, ConfigError
 from protorl.envs import Env, make_env
 from protorl.replay import Batch, ReplayBuffer, frames_device
 from protorl.runtime import resolve_device
@@ -100,7 +100,7 @@ def duration_text(seconds: float) -> str:
 def _check_replay(config: Config, phase: PlannedPhase, env: Env, device: torch.device,
                   pretrained: dict | None) -> None:
     """`ConfigError` if `phase`'s replay buffer does not fit this machine's memory (or its frames the GPU's)."""
-    states = env.physical_state_shape if keeps_physical_states(config, phase.phase) else None
+    states = env.physical_state_shape if config.keeps_physical_states(phase.phase) else None
     slot = ReplayBuffer(env.frame_shape, env.frame_dtype, env.action_shape, capacity=1, frame_stack=1,
                         physical_state_shape=states).nbytes
     frames_bytes = config.replay.capacity * math.prod(env.frame_shape) * env.frame_dtype.itemsize

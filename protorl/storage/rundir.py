@@ -26,7 +26,7 @@ import torch
 from omegaconf import OmegaConf
 
 from protorl.agents import agent_class
-from protorl.config import Config, downstream_tasks, rerun_free_keys
+from protorl.config import Config, rerun_free_keys
 from protorl.errors import ConfigError, ProtorlError, first_line
 from protorl.storage.checkpoints import list_checkpoints, load_checkpoint
 from protorl.storage.digests import unsealed_record
@@ -263,9 +263,9 @@ def recorded_settings(run_dir: Path) -> Iterator[tuple[dict[str, object], Path]]
 def _run_paths(run_dir: Path, saved: Config) -> list[Path]:
     """What the run recorded in `saved` wrote into `run_dir`: what `start_over` deletes."""
     names = [PRETRAIN_DIR, "analysis", "curves.png", "wandb_id.txt", CONFIG_FILE]
-    names += [downstream_dir_name(saved, task) for task in downstream_tasks(saved)]
+    names += [downstream_dir_name(saved, task) for task in saved.downstream_tasks]
     if saved.compare_without_pretraining:
-        names += [scratch_dir_name(task) for task in downstream_tasks(saved)]
+        names += [scratch_dir_name(task) for task in saved.downstream_tasks]
     if saved.logging.wandb:
         names.append("wandb")
     return [run_dir / name for name in names if (run_dir / name).exists() or (run_dir / name).is_symlink()]

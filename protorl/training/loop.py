@@ -14,7 +14,7 @@ import numpy as np
 from omegaconf import OmegaConf
 
 from protorl.agents import make_agent
-from protorl.config import EVAL_SEED_OFFSET, Config, downstream_tasks, keeps_physical_states, runs_analyses
+from protorl.config import EVAL_SEED_OFFSET, Config
 from protorl.envs import TimeStep, make_env
 from protorl.envs.thread import EnvThread
 from protorl.errors import RunInterrupted, TrainingDiverged
@@ -83,7 +83,7 @@ class Trainer:
             rewarded = int((self.pretrain_data.rewards != 0).sum())
             log.info("pre-training data: %d transitions, %d with a reward of %s", len(self.pretrain_data),
                      rewarded, task)
-        keeps_states = keeps_physical_states(config, phase)
+        keeps_states = config.keeps_physical_states(phase)
         frames_nbytes = config.replay.capacity * math.prod(self.env.frame_shape) * self.env.frame_dtype.itemsize
         self.replay = ReplayBuffer(self.env.frame_shape, self.env.frame_dtype, self.env.action_shape,
                                    config.replay.capacity, self.env.frame_stack, seed=config.seed,
@@ -100,9 +100,9 @@ class Trainer:
         self._rng = np.random.default_rng(config.seed)  # the seed transitions' uniform-random actions
         self.context = PhaseContext(phase, task, self.logger, self.checkpoint_dir)
         self.checkpoints = Checkpoints(config.checkpoints, self.checkpoint_dir, self.state_dict)
-        analyses = (AnalysisMonitor(config.analyses, config.env, config.seed, downstream_tasks(config),
+        analyses = (AnalysisMonitor(config.analyses, config.env, config.seed, config.downstream_tasks,
                                     self.total_frames, self.env, self.agent, self.replay, self.logger, out_dir)
-                    if runs_analyses(config, phase) else NoAnalyses())
+                    if config.runs_analyses(phase) else NoAnalyses())
         # in the order their hooks run: evaluation and snapshots before a step; at an episode's end the train.csv
         # row, the analyses, then a checkpoint of what they all did
         self.callbacks: list[Callback] = [

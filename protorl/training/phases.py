@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from protorl.agents import agent_class, pretrains
-from protorl.config import Config, downstream_tasks
+from protorl.config import Config
 from protorl.storage.run_files import PRETRAIN_DIR, downstream_dir_name, scratch_dir_name
 
 
@@ -37,10 +37,10 @@ def planned_phases(config: Config, command: str, snapshot_given: bool) -> list[P
         has_snapshot = snapshot_given or bool(phases)
         mode = "frozen" if has_snapshot else "online"  # without a snapshot, the downstream agent learns it all
         phases += [PlannedPhase(mode, task, downstream_dir_name(config, task), config.finetune_frames)
-                   for task in downstream_tasks(config)]
+                   for task in config.downstream_tasks]
         if has_snapshot and compares_without_pretraining(config):
             phases += [PlannedPhase("online", task, scratch_dir_name(task), config.finetune_frames)
-                       for task in downstream_tasks(config)]
+                       for task in config.downstream_tasks]
     return phases
 
 
