@@ -13,7 +13,7 @@ from protorl.agents import ProtoAgent
 from protorl.errors import SnapshotError
 from tests.agents import tiny_config
 from tests.agents import update as agent_update
-from tests.runs import STATES, run
+from tests.runs import STATES, STATES_SHARED, run, tiny_agent
 
 
 def _params(module: torch.nn.Module) -> dict[str, torch.Tensor]:
@@ -149,6 +149,19 @@ def test_a_tiny_fine_tuning_logs_its_diagnostics(tmp_path):
     assert any(row["intr_reward_share"] for row in train)
     pretrain_train = _rows(run_dir / "pretrain" / "train.csv")
     assert not any(row["actor_drift"] for row in pretrain_train)  # no pre-trained actor to drift from
+
+
+@pytest.mark.slow
+def test_an_agent_without_an_online_mode_skips_the_comparison_and_says_so(tmp_path):
+    """compare_without_pretraining with an agent that only learns from a snapshot (Random): one line says the
+    comparison is skipped, and no scratch phase runs."""
+    run_dir = tmp_path / "run"
+    result = run("train", *STATES_SHARED, *tiny_agent("random"), "pretrain_frames=2000", "finetune_frames=2000",
+                 "compare_without_pretraining=true", run_dir=run_dir)
+    assert result.returncode == 0, result.stderr
+    assert "compare_without_pretraining: agent=random has no mode without pre-training; skipped" in result.stdout
+    assert (run_dir / "finetune" / "result.json").is_file()
+    assert not (run_dir / "finetune_scratch_point_mass_easy").exists()
 
 
 @pytest.mark.slow
