@@ -3,6 +3,9 @@ longer than `runtime.max_hours` here, are refused in one line, naming what to ch
 
 from __future__ import annotations
 
+import dataclasses
+import logging
+import re
 import subprocess
 import sys
 
@@ -50,6 +53,31 @@ def test_a_run_longer_than_max_hours_is_refused_with_what_to_run_instead(tmp_pat
     assert preflight(unlimited, planned_phases(unlimited, "pretrain", snapshot_given=False)) > 0
     short = tiny(tmp_path / "run", runtime={**ON_CPU, "max_hours": 1e-6})
     assert preflight(short, planned_phases(short, "pretrain", snapshot_given=False)) is None  # not timed
+
+
+def test_a_continued_run_is_timed_from_its_newest_checkpoint(tmp_path, caplog):
+    frames = 2 * (TIMED_FROM_UPDATES + 2000) * 8  # action repeat 8: half of it is still timed
+    cfg = tiny(tmp_path / "run", pretrain_frames=frames, runtime={**ON_CPU, "max_hours": None})
+    phases, steps = planned_phases(cfg, "pretrain", snapshot_given=False), frames // 8
+
+    def estimate(config) -> str:
+        caplog.clear()
+        with caplog.at_level(logging.INFO, logger="protorl"):
+            preflight(config, phases)
+        return caplog.text
+
+    whole = f"pretrain: {sum(map(cfg.training.updates_at, range(steps)))} updates"
+    assert whole in estimate(cfg)
+    checkpoints = tmp_path / "run" / "pretrain" / "checkpoints"
+    checkpoints.mkdir(parents=True)
+    for done in (frames // 4, frames // 2):
+        (checkpoints / f"checkpoint_{done}.pt").touch()
+    left = f"pretrain from frame {frames // 2}: {sum(map(cfg.training.updates_at, range(steps // 2, steps)))} " \
+           f"updates at .* ms and {steps - steps // 2} agent steps"
+    assert re.search(left, estimate(cfg))
+    assert whole in estimate(dataclasses.replace(cfg, start_over=True))  # its directory is emptied first
+    (tmp_path / "run" / "pretrain" / "result.json").touch()
+    assert preflight(cfg, phases) is None  # nothing left to run: not timed
 
 
 @needs_meminfo

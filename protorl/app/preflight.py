@@ -6,11 +6,12 @@ the pre-training's data a fine-tuning relabels) against the memory available now
 memory and swap there are; on a GPU, the replay's frames kept there against its free memory. The agent's own memory
 is not estimated: a GPU that runs out ends the run in one line (`protorl.app.exits`).
 
-Wall time: a phase's agent steps and updates (`TrainingConfig.updates_at`, as the trainer makes them) times an agent
-step and an update of its agent timed here, on the run's device and threads; evaluations, analyses and logging are
-not counted, so it is a lower bound. Runs of fewer than `TIMED_FROM_UPDATES` updates are not timed. On a CPU whose
-cores other work keeps busy (by the load average), threads that wait on each other can make an update tens of times
-slower for a while: an update is then also timed on one thread, the faster reading is counted, and the line says so.
+Wall time: a phase's agent steps and updates (`TrainingConfig.updates_at`, as the trainer makes them; in a run
+continued, those after its newest checkpoint, none for a completed phase) times an agent step and an update of its
+agent timed here, on the run's device and threads; evaluations, analyses and logging are not counted, so it is a
+lower bound. Runs of fewer than `TIMED_FROM_UPDATES` updates are not timed. On a CPU whose cores other work keeps
+busy (by the load average), threads that wait on each other can make an update tens of times slower for a while: an
+update is then also timed on one thread, the faster reading is counted, and the line says so.
 """
 
 from __future__ import annotations
@@ -30,6 +31,8 @@ from protorl.envs import Env, make_env
 from protorl.replay import Batch, ReplayBuffer, frames_device
 from protorl.runtime import resolve_device
 from protorl.storage.atomic import payload_bytes
+from protorl.storage.checkpoints import checkpoint_frames, list_checkpoints
+from protorl.storage.run_files import is_complete
 from protorl.training.phases import PlannedPhase
 
 log = logging.getLogger("protorl")
@@ -45,8 +48,8 @@ def preflight(config: Config, phases: Sequence[PlannedPhase], pretrained: dict |
     replay, or if they would take longer than `runtime.max_hours`; the estimated seconds otherwise (None: not
     timed). `pretrained`: the snapshot a fine-tuning starts from, read already."""
     device, timed = resolve_device(config.runtime.device), {}
-    updates = {phase: sum(map(config.training.updates_at, range(phase.frames // config.env.action_repeat)))
-               for phase in phases}
+    steps = {phase: range(_steps_done(config, phase), phase.frames // config.env.action_repeat) for phase in phases}
+    updates = {phase: sum(map(config.training.updates_at, steps[phase])) for phase in phases}
     timing = sum(updates.values()) >= TIMED_FROM_UPDATES
     threads = torch.get_num_threads()
     if config.runtime.threads is not None:
@@ -68,12 +71,12 @@ def preflight(config: Config, phases: Sequence[PlannedPhase], pretrained: dict |
     if not timing:
         return None
     seconds, parts, busy = 0.0, [], ""
-    for phase in phases:
+    for phase in (phase for phase in phases if steps[phase]):
         update_s, step_s, alone_s = timed[phase.mode]
-        counted_s, steps = min(update_s, alone_s), phase.frames // config.env.action_repeat
-        seconds += updates[phase] * counted_s + steps * step_s
-        parts.append(f"{phase.dir_name}: {updates[phase]} updates at {counted_s * 1e3:.1f} ms and {steps} agent steps "
-                     f"at {step_s * 1e3:.1f} ms")
+        counted_s, done = min(update_s, alone_s), steps[phase].start * config.env.action_repeat
+        seconds += updates[phase] * counted_s + len(steps[phase]) * step_s
+        parts.append(f"{phase.dir_name}{f' from frame {done}' if done else ''}: {updates[phase]} updates at "
+                     f"{counted_s * 1e3:.1f} ms and {len(steps[phase])} agent steps at {step_s * 1e3:.1f} ms")
         if alone_s * BUSY_RATIO < update_s:
             busy = (f"; this CPU is busy: an update took {update_s * 1e3:.0f} ms on {run_threads} threads "
                     f"and {alone_s * 1e3:.1f} ms on one, so runtime.threads=1 runs faster beside the other work")
@@ -86,6 +89,18 @@ def preflight(config: Config, phases: Sequence[PlannedPhase], pretrained: dict |
                           "the paper's settings take hours); to start this run anyway, add runtime.max_hours=null")
     log.info("estimated wall time: %s", estimate)
     return seconds
+
+
+def _steps_done(config: Config, phase: PlannedPhase) -> int:
+    """The agent steps of `phase` that its run directory holds and the run continues from: all once it completed,
+    else its newest checkpoint's (by the file's name); none where the run starts over."""
+    out_dir, total = Path(config.run_dir) / phase.dir_name, phase.frames // config.env.action_repeat
+    if config.start_over:
+        return 0
+    if is_complete(out_dir):
+        return total
+    checkpoints = list_checkpoints(out_dir / "checkpoints")
+    return min(total, checkpoint_frames(checkpoints[-1]) // config.env.action_repeat) if checkpoints else 0
 
 
 def duration_text(seconds: float) -> str:
