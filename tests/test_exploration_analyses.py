@@ -61,8 +61,14 @@ def test_random_reference_is_a_uniform_random_rollout_of_the_same_frames(maze):
     late = reference.counts_at(2600)
     # every visited state is counted once: an episode's first state plus one per agent step
     assert early.sum() == 1 + 500 and late.sum() == 3 + 1300  # 2600 frames: a third episode has begun
-    # built in pieces or at once, and rebuilt after a resume: the same rollout
+    # built in pieces or at once: the same rollout
     np.testing.assert_array_equal(RandomPolicyCoverage(TASK, 2, spec, seed=3).counts_at(2600), late)
+    # resumed from a checkpoint's state: on from the last episode's end (2000 frames), as the straight rollout goes
+    resumed = RandomPolicyCoverage(TASK, 2, spec, seed=3)
+    resumed.load_state_dict(reference.state_dict())
+    assert resumed.frames == 2000
+    np.testing.assert_array_equal(resumed.counts_at(2600), late)
+    np.testing.assert_array_equal(resumed.counts_at(4100), reference.counts_at(4100))
     assert not np.array_equal(RandomPolicyCoverage(TASK, 2, spec, seed=4).counts_at(2600), late)
     # the rollout is uniform-random: it matches a direct rollout with the same streams
     direct = DMCEnv(TASK, obs="states", action_repeat=2, seed=3 + REFERENCE_SEED_OFFSET)

@@ -1,14 +1,16 @@
 """The coverage a uniform-random policy reaches in the same number of frames: every run's own baseline.
 
-A second copy of the task, observed as states (the physics alone, no rendering: thousands of frames per
-second), is driven by actions drawn uniformly from [-1, 1]^|A|, with the run's action repeat and episode
-length, and its physical states are binned like the agent's. The rollout is a pure function of the seed,
-so it is rebuilt rather than checkpointed: a resumed run reports the same figures.
+A second copy of the task, observed as states (the physics alone, no rendering), is driven by actions drawn
+uniformly from [-1, 1]^|A|, with the run's action repeat and episode length, and its physical states are binned
+like the agent's. The rollout is a pure function of the seed. A checkpoint keeps its state at the last episode's
+end (the counts and both random streams), and a resumed run rolls on from there: the same figures as a straight
+run, without rolling the frames before it again (on Jaco, about 900 frames per second of one core).
 """
 
 from __future__ import annotations
 
 import numpy as np
+import torch
 
 from protorl.envs import DMCEnv
 from protorl.exploration.coverage import CoverageSpec, histogram
@@ -23,22 +25,48 @@ class RandomPolicyCoverage:
         self.env = DMCEnv(task, obs="states", action_repeat=action_repeat, seed=seed + REFERENCE_SEED_OFFSET)
         self.spec = spec
         self.rng = np.random.default_rng([seed, REFERENCE_SEED_OFFSET])
-        self.counts = np.zeros(spec.shape, dtype=np.int64)
-        self.frames = 0
+        self.frames = 0  # rolled
+        self._counts = np.zeros(spec.shape, dtype=np.int64)  # of the episodes ended
+        self._episode: list[np.ndarray] = []  # the states of the episode under way
         self._time_step = None
+        self._ended = self._streams()  # at the last episode's end (at first: before the first reset)
 
     def counts_at(self, frames: int) -> np.ndarray:
-        """A copy of the visit counts (bins,) * d after `frames` environment frames (never fewer than already
-        rolled)."""
-        states = []
+        """The visit counts (bins,) * d after `frames` environment frames (never fewer than already rolled)."""
         while self.frames < frames:
             if self._time_step is None or self._time_step.last:
+                self._end_episode()
                 self._time_step = self.env.reset()
-                states.append(self._time_step.physical_state)
+                self._episode.append(self._time_step.physical_state)
             action = self.rng.uniform(-1.0, 1.0, size=self.env.action_shape)
             self._time_step = self.env.step(action)
-            states.append(self._time_step.physical_state)
+            self._episode.append(self._time_step.physical_state)
             self.frames += self.env.action_repeat
-        if states:
-            self.counts += histogram(np.stack(states), self.spec).reshape(self.spec.shape)
-        return self.counts.copy()
+        return self._counts + self._histogram(self._episode)
+
+    def state_dict(self) -> dict:
+        """Its state at the last episode's end, as plain data and a tensor."""
+        return {**self._ended, "counts": torch.from_numpy(self._counts.copy())}
+
+    def load_state_dict(self, state: dict) -> None:
+        """Continue from `state_dict()`: the next call rolls on from that episode's end."""
+        self._counts[...] = state["counts"].numpy()
+        self.frames = int(state["frames"])
+        self.rng.bit_generator.state = state["rng"]
+        self.env.set_rng_state(state["env"])
+        self._episode, self._time_step = [], None
+        self._ended = self._streams()
+
+    def _end_episode(self) -> None:
+        """Count the episode that ended and keep the state a resumed run starts the next one from."""
+        self._counts += self._histogram(self._episode)
+        self._episode = []
+        self._ended = self._streams()
+
+    def _streams(self) -> dict:
+        return {"frames": self.frames, "rng": self.rng.bit_generator.state, "env": self.env.rng_state()}
+
+    def _histogram(self, states: list[np.ndarray]) -> np.ndarray:
+        if not states:
+            return np.zeros(self.spec.shape, dtype=np.int64)
+        return histogram(np.stack(states), self.spec).reshape(self.spec.shape)

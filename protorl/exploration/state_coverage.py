@@ -53,6 +53,13 @@ class Coverage(Analysis):
                         "coverage/random_visited_fraction": visited_fraction(random_counts)})
         return row
 
+    def state_dict(self) -> dict:
+        return {"random_policy": None if self.random_policy is None else self.random_policy.state_dict()}
+
+    def load_state_dict(self, state: dict) -> None:
+        if self.random_policy is not None and state.get("random_policy") is not None:  # else rolled again
+            self.random_policy.load_state_dict(state["random_policy"])
+
     @classmethod
     def report(cls, run: LoggedRun) -> Report:
         """coverage.png (coverage over frames, next to a uniform-random policy's) and the last figures."""
