@@ -69,6 +69,12 @@ def test_random_reference_is_a_uniform_random_rollout_of_the_same_frames(maze):
     assert resumed.frames == 2000
     np.testing.assert_array_equal(resumed.counts_at(2600), late)
     np.testing.assert_array_equal(resumed.counts_at(4100), reference.counts_at(4100))
+    at_an_end = RandomPolicyCoverage(TASK, 2, spec, seed=3)  # rolled to an episode's last frame: kept from there
+    at_an_end.counts_at(1000)
+    resumed = RandomPolicyCoverage(TASK, 2, spec, seed=3)
+    resumed.load_state_dict(at_an_end.state_dict())
+    assert resumed.frames == 1000
+    np.testing.assert_array_equal(resumed.counts_at(2600), late)
     assert not np.array_equal(RandomPolicyCoverage(TASK, 2, spec, seed=4).counts_at(2600), late)
     # the rollout is uniform-random: it matches a direct rollout with the same streams
     direct = DMCEnv(TASK, obs="states", action_repeat=2, seed=3 + REFERENCE_SEED_OFFSET)

@@ -313,7 +313,7 @@ def check_named_task(config: Config, command: str, named: Collection[str] = ("ta
 
 def _check_pretrain_data(config: Config, command: str, pretraining: bool) -> None:
     """Fine-tuning on the pre-training's data: a share of the batch, simulated tasks, a replay in the snapshot
-    (`pretraining`: this run's own pre-training writes it)."""
+    (`pretraining`: whether this run pre-trains, so that its own snapshot must hold the replay)."""
     for task in config.downstream_tasks if command != "pretrain" else []:
         if gymnasium_id(task) is not None:
             raise invalid("replay.pretrain_data_share", config.replay.pretrain_data_share, f"0 for {task}: "

@@ -56,8 +56,8 @@ def preflight(config: Config, phases: Sequence[PlannedPhase], pretrained: dict |
         torch.set_num_threads(config.runtime.threads)  # as the run will
     run_threads = torch.get_num_threads()
     try:
-        for phase in phases:  # the tasks of a domain share their shapes: one phase of each mode
-            if phase.mode in timed:
+        for phase in phases:  # the tasks of a domain share their shapes: one phase of each mode still to run
+            if phase.mode in timed or not steps[phase]:
                 continue
             env = make_env(phase.task, config.env, seed=config.seed)
             try:

@@ -4,7 +4,7 @@ A second copy of the task, observed as states (the physics alone, no rendering),
 uniformly from [-1, 1]^|A|, with the run's action repeat and episode length, and its physical states are binned
 like the agent's. The rollout is a pure function of the seed. A checkpoint keeps its state at the last episode's
 end (the counts and both random streams), and a resumed run rolls on from there: the same figures as a straight
-run, without rolling the frames before it again (on Jaco, about 900 frames per second of one core).
+run, without rolling the frames before it again.
 """
 
 from __future__ import annotations
@@ -35,13 +35,14 @@ class RandomPolicyCoverage:
         """The visit counts (bins,) * d after `frames` environment frames (never fewer than already rolled)."""
         while self.frames < frames:
             if self._time_step is None or self._time_step.last:
-                self._end_episode()
                 self._time_step = self.env.reset()
                 self._episode.append(self._time_step.physical_state)
             action = self.rng.uniform(-1.0, 1.0, size=self.env.action_shape)
             self._time_step = self.env.step(action)
             self._episode.append(self._time_step.physical_state)
             self.frames += self.env.action_repeat
+            if self._time_step.last:
+                self._end_episode()
         return self._counts + self._histogram(self._episode)
 
     def state_dict(self) -> dict:
@@ -64,9 +65,11 @@ class RandomPolicyCoverage:
         self._ended = self._streams()
 
     def _streams(self) -> dict:
+        """The frames rolled and both random streams, as plain data."""
         return {"frames": self.frames, "rng": self.rng.bit_generator.state, "env": self.env.rng_state()}
 
     def _histogram(self, states: list[np.ndarray]) -> np.ndarray:
+        """The visit counts of `states`, binned as the agent's."""
         if not states:
             return np.zeros(self.spec.shape, dtype=np.int64)
         return histogram(np.stack(states), self.spec).reshape(self.spec.shape)

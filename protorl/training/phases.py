@@ -38,7 +38,8 @@ def planned_phases(config: Config, command: str, snapshot_given: bool) -> list[P
         mode = "frozen" if has_snapshot else "online"  # without a snapshot, the downstream agent learns it all
         phases += [PlannedPhase(mode, task, downstream_dir_name(config, task), config.finetune_frames)
                    for task in config.downstream_tasks]
-        if has_snapshot and compares_without_pretraining(config):
+        # the comparison without pre-training: asked for, and possible (the agent has a mode without pre-training)
+        if has_snapshot and config.compare_without_pretraining and agent_class(config.agent.name).supports("online"):
             phases += [PlannedPhase("online", task, scratch_dir_name(task), config.finetune_frames)
                        for task in config.downstream_tasks]
     return phases
@@ -52,9 +53,3 @@ def phase_of(config: Config, mode: str, task: str | None = None) -> PlannedPhase
     dir_name = {"pretrain": PRETRAIN_DIR, "frozen": downstream_dir_name(config, task),
                 "online": scratch_dir_name(task)}[mode]
     return PlannedPhase(mode, task, dir_name, frames)
-
-
-def compares_without_pretraining(config: Config) -> bool:
-    """Whether a fine-tuning from a snapshot is followed by the same fine-tuning without pre-training: asked for
-    (`compare_without_pretraining`) and possible (the agent has a mode without pre-training)."""
-    return config.compare_without_pretraining and agent_class(config.agent.name).supports("online")
