@@ -115,6 +115,17 @@ def test_a_float_that_is_not_finite_is_refused_naming_the_key(config, key):
         validate(config, "finetune")
 
 
+@pytest.mark.parametrize(("fields", "key"), [
+    ({"finetune_tasks": [{"task": "walker_run"}]}, "finetune_tasks"),
+    ({"snapshots": {"at_frames": [[1000]]}}, "snapshots.at_frames"),
+])
+def test_a_list_of_lists_or_dicts_is_refused_naming_the_key(tmp_path, fields, key):
+    """OmegaConf lets a typed list hold lists and dicts: the plan refuses them in one line, before anything runs."""
+    with pytest.raises(ConfigError, match=rf"invalid config value {key}=.*: expected a list of values"):
+        protorl.train(run_dir=str(tmp_path / "run"), **fields)
+    assert not (tmp_path / "run").exists()
+
+
 @pytest.mark.parametrize("device", ["cuda", "cuda:0"])
 def test_cuda_device_without_cuda(device, monkeypatch):
     """A CUDA device is refused where CUDA is not available, and accepted where it is (on any machine: torch's

@@ -184,7 +184,7 @@ def validate(config: Config, command: str) -> None:
 
     `command`: "pretrain", "finetune" or "train" (both phases).
     """
-    _check_numbers(config)
+    _check_values(config)
     for group in GROUPS:
         getattr(config, group).check()
     agent = _check_agent(config, command)
@@ -192,13 +192,16 @@ def validate(config: Config, command: str) -> None:
     _check_tasks(config, command, agent.supports("pretrain"))
 
 
-def _check_numbers(config: Config) -> None:
-    """Every float finite, the agent's included; the seed and the fine-tuning's frames in range."""
+def _check_values(config: Config) -> None:
+    """Every float finite and every list's items values (OmegaConf lets a list hold lists and dicts), the agent's
+    included; the seed and the fine-tuning's frames in range."""
     for prefix, node in (("", config), *((f"{group}.", getattr(config, group)) for group in (*GROUPS, "agent"))):
         for item in dataclasses.fields(node):
             value = getattr(node, item.name)
             if isinstance(value, float) and not math.isfinite(value):
                 raise invalid(prefix + item.name, value, "a finite number")
+            if isinstance(value, list) and any(isinstance(part, (list, dict)) for part in value):
+                raise invalid(prefix + item.name, value, "a list of values, not of lists or dicts")
     if not 0 <= config.seed <= MAX_SEED:
         raise invalid("seed", config.seed, f"an integer in [0, {MAX_SEED}] (seeds are 32-bit; evaluation uses seed + "
                       f"{EVAL_SEED_OFFSET})")
