@@ -13,6 +13,7 @@ import numpy as np
 import torch
 
 from protorl.envs import DMCEnv
+from protorl.exploration.analysis import Visits
 from protorl.exploration.coverage import CoverageSpec, histogram
 
 REFERENCE_SEED_OFFSET = 200_000  # the reference's environment and actions never share the run's streams
@@ -23,11 +24,9 @@ class RandomPolicyCoverage:
 
     def __init__(self, task: str, action_repeat: int, spec: CoverageSpec, seed: int):
         self.env = DMCEnv(task, obs="states", action_repeat=action_repeat, seed=seed + REFERENCE_SEED_OFFSET)
-        self.spec = spec
         self.rng = np.random.default_rng([seed, REFERENCE_SEED_OFFSET])
+        self.visits = Visits(spec)  # binned at each episode's end, as the agent's
         self.frames = 0  # rolled
-        self._counts = np.zeros(spec.shape, dtype=np.int64)  # of the episodes ended
-        self._episode: list[np.ndarray] = []  # the states of the episode under way
         self._time_step = None
         self._ended = self._streams()  # at the last episode's end (at first: before the first reset)
 
@@ -36,40 +35,30 @@ class RandomPolicyCoverage:
         while self.frames < frames:
             if self._time_step is None or self._time_step.last:
                 self._time_step = self.env.reset()
-                self._episode.append(self._time_step.physical_state)
-            action = self.rng.uniform(-1.0, 1.0, size=self.env.action_shape)
-            self._time_step = self.env.step(action)
-            self._episode.append(self._time_step.physical_state)
+                self.visits.add(self._time_step.physical_state)
+            self._time_step = self.env.step(self.rng.uniform(-1.0, 1.0, size=self.env.action_shape))
+            self.visits.add(self._time_step.physical_state)
             self.frames += self.env.action_repeat
             if self._time_step.last:
-                self._end_episode()
-        return self._counts + self._histogram(self._episode)
+                self.visits.end_episode()
+                self._ended = self._streams()
+        spec, under_way = self.visits.spec, self.visits.pending
+        return self.visits.counts + (histogram(np.stack(under_way), spec).reshape(spec.shape) if under_way else 0)
 
     def state_dict(self) -> dict:
         """Its state at the last episode's end, as plain data and a tensor."""
-        return {**self._ended, "counts": torch.from_numpy(self._counts.copy())}
+        return {**self._ended, "counts": torch.from_numpy(self.visits.counts.copy())}
 
     def load_state_dict(self, state: dict) -> None:
         """Continue from `state_dict()`: the next call rolls on from that episode's end."""
-        self._counts[...] = state["counts"].numpy()
+        self.visits.counts[...] = state["counts"].numpy()
+        self.visits.pending.clear()
         self.frames = int(state["frames"])
         self.rng.bit_generator.state = state["rng"]
         self.env.set_rng_state(state["env"])
-        self._episode, self._time_step = [], None
-        self._ended = self._streams()
-
-    def _end_episode(self) -> None:
-        """Count the episode that ended and keep the state a resumed run starts the next one from."""
-        self._counts += self._histogram(self._episode)
-        self._episode = []
+        self._time_step = None
         self._ended = self._streams()
 
     def _streams(self) -> dict:
         """The frames rolled and both random streams, as plain data."""
         return {"frames": self.frames, "rng": self.rng.bit_generator.state, "env": self.env.rng_state()}
-
-    def _histogram(self, states: list[np.ndarray]) -> np.ndarray:
-        """The visit counts of `states`, binned as the agent's."""
-        if not states:
-            return np.zeros(self.spec.shape, dtype=np.int64)
-        return histogram(np.stack(states), self.spec).reshape(self.spec.shape)
