@@ -212,6 +212,19 @@ def test_invalid_value_exits_2(tmp_path):
     assert not (tmp_path / "run").exists()
 
 
+@pytest.mark.parametrize("sweep", [False, True])
+def test_run_dir_on_the_command_line_is_refused_naming_hydras_key(tmp_path, sweep):
+    """Hydra's output directory would silently replace it: the run would write somewhere the user did not ask."""
+    asked = tmp_path / "asked"
+    result = run("pretrain", *(("-m", "seed=1,2") if sweep else ()), f"run_dir={asked}", run_dir=tmp_path / "run")
+    if sweep:
+        assert result.returncode == 2 and "2 of the sweep's 2 jobs would stop" in result.stderr, result.stderr
+        assert result.stderr.count("run_dir is Hydra's output directory") == 2
+    else:
+        assert_user_error(result, "run_dir is Hydra's output directory", "hydra.run.dir=PATH")
+    assert not asked.exists() and not (tmp_path / "run").exists()
+
+
 @pytest.mark.parametrize(("sweep", "own_config"), [(False, False), (True, False), (False, True)])
 def test_a_job_name_or_config_of_ones_own_does_not_change_the_command(tmp_path, sweep, own_config):
     """`hydra.job.name` names the run's directory (base.yaml), and a config of one's own may build on a command's;

@@ -59,12 +59,16 @@ def plan_command(settings: DictConfig, command: str, overrides: Sequence[str],
                  on_this_machine: bool = True) -> RunPlan:
     """The plan of `command` with the settings Hydra composed (without Hydra's node, `run_dir` set), typed as the
     Python API's are (`configured`: a key the schema lacks, e.g. added with `+`, is refused); `overrides`: the
-    command line's (a `task` named there must be a task of the run)."""
+    command line's (a `task` named there must be a task of the run; `run_dir` is Hydra's to set)."""
     try:
         fields = OmegaConf.to_container(settings, resolve=True)
     except OmegaConfBaseException as error:
         raise ConfigError(config_error(error)) from None
-    return plan_run(configured(None, fields), command, named_keys(overrides), on_this_machine)
+    named = named_keys(overrides)
+    if "run_dir" in named:  # Hydra's output directory would replace it
+        raise ConfigError("run_dir is Hydra's output directory on the command line: give hydra.run.dir=PATH "
+                          "(a sweep: hydra.sweep.dir=PATH)")
+    return plan_run(configured(None, fields), command, named, on_this_machine)
 
 
 def _settings(config: DictConfig, run_dir: str) -> DictConfig:
