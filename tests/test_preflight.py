@@ -55,6 +55,19 @@ def test_a_run_longer_than_max_hours_is_refused_with_what_to_run_instead(tmp_pat
     assert preflight(short, planned_phases(short, "pretrain", snapshot_given=False)) is None  # not timed
 
 
+def test_with_the_compiled_update_the_estimate_says_it_timed_the_update_uncompiled(tmp_path, caplog):
+    """The compiled update is faster than the one timed: the estimate is then no lower bound, and says why."""
+    frames = (TIMED_FROM_UPDATES + 2000) * 8  # action repeat 8: timed
+    for compiled in (False, True):
+        cfg = tiny(tmp_path / "run", pretrain_frames=frames,
+                   runtime={**ON_CPU, "max_hours": None, "compile_update": compiled})
+        caplog.clear()
+        with caplog.at_level(logging.INFO, logger="protorl"):
+            assert preflight(cfg, planned_phases(cfg, "pretrain", snapshot_given=False)) > 0
+        (line,) = [record.getMessage() for record in caplog.records if "estimated wall time" in record.getMessage()]
+        assert ("at least" in line) != compiled and ("uncompiled (runtime.compile_update" in line) == compiled, line
+
+
 def test_a_continued_run_is_timed_from_its_newest_checkpoint(tmp_path, caplog):
     frames = 2 * (TIMED_FROM_UPDATES + 2000) * 8  # action repeat 8: half of it is still timed
     cfg = tiny(tmp_path / "run", pretrain_frames=frames, runtime={**ON_CPU, "max_hours": None})

@@ -9,7 +9,8 @@ is not estimated: a GPU that runs out ends the run in one line (`protorl.app.exi
 Wall time: a phase's agent steps and updates (`TrainingConfig.updates_at`, as the trainer makes them; in a run
 continued, those after its newest checkpoint, none for a completed phase) times an agent step and an update of its
 agent timed here, on the run's device and threads; evaluations, analyses and logging are not counted, so it is a
-lower bound. Runs of fewer than `TIMED_FROM_UPDATES` updates are not timed. On a CPU whose cores other work keeps
+lower bound; under `runtime.compile_update` the update is timed uncompiled (compiling it takes a minute), and the
+line says so instead. Runs of fewer than `TIMED_FROM_UPDATES` updates are not timed. On a CPU whose cores other work keeps
 busy (by the load average), threads that wait on each other can make an update tens of times slower for a while: an
 update is then also timed on one thread, the faster reading is counted, and the line says so.
 """
@@ -80,8 +81,11 @@ def preflight(config: Config, phases: Sequence[PlannedPhase], pretrained: dict |
         if alone_s * BUSY_RATIO < update_s:
             busy = (f"; this CPU is busy: an update took {update_s * 1e3:.0f} ms on {run_threads} threads "
                     f"and {alone_s * 1e3:.1f} ms on one, so runtime.threads=1 runs faster beside the other work")
-    estimate = (f"at least {duration_text(seconds)} on this machine's {'GPU' if device.type == 'cuda' else 'CPU'} "
-                f"({'; '.join(parts)}, timed here; evaluations, analyses and logging not counted){busy}")
+    compiled = config.runtime.compile_update  # timed uncompiled: the estimate is no longer a lower bound
+    estimate = (f"{'' if compiled else 'at least '}{duration_text(seconds)} on this machine's "
+                f"{'GPU' if device.type == 'cuda' else 'CPU'} ({'; '.join(parts)}, timed here"
+                f"{', uncompiled (runtime.compile_update runs the update faster)' if compiled else ''}; "
+                f"evaluations, analyses and logging not counted){busy}")
     if config.runtime.max_hours is not None and seconds > config.runtime.max_hours * HOUR_S:
         raise ConfigError(f"this run would take {estimate}, more than runtime.max_hours={config.runtime.max_hours:g}: "
                           "fewer frames (pretrain_frames, finetune_frames) or a smaller preset shorten it "
