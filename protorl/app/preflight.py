@@ -10,9 +10,9 @@ Wall time: a phase's agent steps and updates (`TrainingConfig.updates_at`, as th
 continued, those after its newest checkpoint, none for a completed phase) times an agent step and an update of its
 agent timed here, on the run's device and threads; evaluations, analyses and logging are not counted, so it is a
 lower bound; under `runtime.compile_update` the update is timed uncompiled (compiling it takes a minute), and the
-line says so instead. Runs of fewer than `TIMED_FROM_UPDATES` updates are not timed. On a CPU whose cores other work keeps
-busy (by the load average), threads that wait on each other can make an update tens of times slower for a while: an
-update is then also timed on one thread, the faster reading is counted, and the line says so.
+line says so instead. Runs of fewer than `TIMED_FROM_UPDATES` updates are not timed. On a CPU whose cores other work
+keeps busy (by the load average), threads that wait on each other can make an update tens of times slower for a
+while: an update is then also timed on one thread, the faster reading is counted, and the line says so.
 """
 
 from __future__ import annotations
