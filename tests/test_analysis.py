@@ -24,6 +24,7 @@ from protorl.exploration.analysis import Analysis, Report, register_analysis, un
 from protorl.exploration.coverage import (
     CoverageSpec,
     bin_indices,
+    coordinates,
     coverage_entropy,
     coverage_spec,
     histogram,
@@ -104,6 +105,39 @@ def test_maze_coverage_and_walls_come_from_the_model():
                                atol=1e-9)
     assert wall_rectangles(DMCEnv("point_mass_easy", obs="states", seed=0).physics) == []
     assert coverage_spec("humanoid", env.physics, bins=20) is None  # no coordinates defined: no coverage
+
+
+def test_a_tilt_is_the_world_z_part_of_the_body_z_axis():
+    """A free body's quaternion (w, x, y, z) -> R_zz = 1 - 2 (x² + y²): upright 1, on its back -1, on its side 0,
+    whatever its heading."""
+    half = math.sqrt(0.5)
+    spec = CoverageSpec(("tilt",), np.array([0]), np.array([-1.0]), np.array([1.0]), np.array([False]), 4,
+                        np.array([True]))
+    quaternions = np.array([[1.0, 0, 0, 0],  # upright
+                            [0, 1.0, 0, 0],  # half a turn about x: on its back
+                            [half, 0, half, 0],  # a quarter turn about y: on its side
+                            [half, 0, 0, half],  # a quarter turn about z: upright, another heading
+                            [0.5, 0.5, 0.5, 0.5],  # a third of a turn about (1, 1, 1): z goes to x, R_zz 0
+                            [math.cos(0.5), math.sin(0.5), 0, 0]])  # 1 radian about x: R_zz = cos 1
+    np.testing.assert_allclose(coordinates(quaternions, spec)[:, 0], [1, -1, 0, 1, 0, math.cos(1)], atol=1e-12)
+    # bins of 0.5 over [-1, 1], 1 in the edge bin; cos 1 = 0.54 in [0.5, 1)
+    assert bin_indices(quaternions[[0, 1, 3, 5]], spec).tolist() == [3, 0, 3, 3]
+
+
+def test_quadruped_coverage_is_the_torso_position_height_and_tilt():
+    env = DMCEnv("quadruped_walk", obs="states", seed=0)
+    spec = coverage_spec(env.domain, env.physics, bins=20)
+    assert spec.labels == ("torso x", "torso y", "torso z", "torso upright") and spec.shape == (20,) * 4
+    rng = np.random.default_rng(0)
+    time_step, states, expected = env.reset(), [], []
+    for _ in range(200):  # the torso starts in a random orientation and falls to the floor
+        states.append(time_step.physical_state)
+        physics = env.physics
+        expected.append([*physics.named.data.qpos["root"][:3], physics.torso_upright()])
+        time_step = env.step(rng.uniform(-1, 1, env.action_shape))
+    values = coordinates(np.array(states), spec)
+    np.testing.assert_allclose(values, expected, atol=1e-6)  # dm_control's own torso_upright: xmat['torso', 'zz']
+    assert values[:, 3].min() < 0.9  # the tilt moved
 
 
 def test_replay_keeps_physical_states_through_a_checkpoint():

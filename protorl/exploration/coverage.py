@@ -3,9 +3,9 @@ state-visitation histogram.
 
 Each domain names the physical coordinates that define "where the system is" (`COVERAGE_DIMS`); each
 coordinate is read from the simulator's state vector (`physics.get_state()`: qpos, qvel, act), wrapped
-to [-pi, pi) if it is an angle, and cut into `bins` equal bins over its range (a limited joint's range
-is read from the model; positions beyond a range fall into its edge bins). The histogram has
-bins ** d cells and
+to [-pi, pi) if it is an angle (or, for a free body's tilt, computed from its orientation quaternion),
+and cut into `bins` equal bins over its range (a limited joint's range is read from the model; positions
+beyond a range fall into its edge bins). The histogram has bins ** d cells and
 
     coverage_entropy = H(p) / log(bins ** d),   p = counts / counts.sum(),
 
@@ -33,6 +33,8 @@ class CoverageDim:
     high: float | None = None
     periodic: bool = False  # an angle: wrapped into [-pi, pi), binned over it
     velocity: bool = False  # the joint's velocity (qvel) instead of its position (qpos)
+    offset: int = 0  # which of the joint's coordinates: a free joint's x, y, z are 0, 1, 2, its quaternion's w 3
+    upright: bool = False  # at a free joint's quaternion (offset 3): its body's tilt, the world-z part of its z axis
 
 
 _PLANAR_X = (-10.0, 10.0)  # metres: torso x of walker/cheetah/hopper (0 at reset; a fall moves it ~+-5)
@@ -55,6 +57,11 @@ COVERAGE_DIMS: dict[str, tuple[CoverageDim, ...]] = {
     "reacher": (CoverageDim("shoulder", "shoulder", periodic=True), CoverageDim("wrist", "wrist")),
     "finger": (CoverageDim("proximal", "proximal"), CoverageDim("distal", "distal"),
                CoverageDim("spinner", "hinge", periodic=True)),
+    # The torso's position on the floor, its height (about 0.2 m lying, 0.57 standing, up to 1 m in a jump or
+    # a fall) and its tilt (1 upright, -1 on its back): walking away, standing, jumping and falling all count.
+    "quadruped": (CoverageDim("torso x", "root", *_PLANAR_X), CoverageDim("torso y", "root", *_PLANAR_X, offset=1),
+                  CoverageDim("torso z", "root", 0.0, 1.2, offset=2),
+                  CoverageDim("torso upright", "root", -1.0, 1.0, offset=3, upright=True)),
     # The arm's base yaw, shoulder and elbow: they place the hand.
     "reach_duplo": (CoverageDim("base yaw", "jaco_arm/joint_1", periodic=True),
                     CoverageDim("shoulder", "jaco_arm/joint_2"), CoverageDim("elbow", "jaco_arm/joint_3")),
@@ -66,11 +73,12 @@ class CoverageSpec:
     """Where each coordinate sits in a physical-state vector, and the range its bins cover."""
 
     labels: tuple[str, ...]
-    columns: np.ndarray  # (d,) int: index into the state vector
+    columns: np.ndarray  # (d,) int: index into the state vector (a tilt's: its quaternion's w)
     low: np.ndarray  # (d,) float
     high: np.ndarray  # (d,) float
     periodic: np.ndarray  # (d,) bool
     bins: int  # per coordinate
+    upright: np.ndarray | None = None  # (d,) bool: the coordinate is a free body's tilt; None: none is
 
     @property
     def shape(self) -> tuple[int, ...]:
@@ -87,7 +95,8 @@ def coverage_spec(domain: str, physics, bins: int) -> CoverageSpec | None:
     columns, lows, highs = [], [], []
     for dim in dims:
         joint = model.name2id(dim.joint, "joint")
-        columns.append(model.nq + model.jnt_dofadr[joint] if dim.velocity else model.jnt_qposadr[joint])
+        columns.append((model.nq + model.jnt_dofadr[joint] if dim.velocity else model.jnt_qposadr[joint])
+                       + dim.offset)
         if dim.periodic:
             low, high = -math.pi, math.pi
         elif dim.low is not None:
@@ -99,14 +108,24 @@ def coverage_spec(domain: str, physics, bins: int) -> CoverageSpec | None:
         lows.append(low)
         highs.append(high)
     return CoverageSpec(tuple(d.label for d in dims), np.asarray(columns), np.asarray(lows, dtype=np.float64),
-                        np.asarray(highs, dtype=np.float64), np.asarray([d.periodic for d in dims]), bins)
+                        np.asarray(highs, dtype=np.float64), np.asarray([d.periodic for d in dims]), bins,
+                        np.asarray([d.upright for d in dims]))
+
+
+def coordinates(states: np.ndarray, spec: CoverageSpec) -> np.ndarray:
+    """Physical states (N, S) -> each state's coverage coordinates (N, d): angles wrapped into [-pi, pi),
+    tilts computed from their quaternions."""
+    x = states[:, spec.columns]  # (N, d)
+    x = np.where(spec.periodic, np.mod(x + math.pi, 2 * math.pi) - math.pi, x)
+    if spec.upright is not None and spec.upright.any():  # R_zz of the unit quaternion (w, x, y, z): 1 - 2 (x² + y²)
+        quaternion_xy = states[:, spec.columns[spec.upright, None] + np.array([1, 2])]  # (N, k, 2)
+        x[:, spec.upright] = 1 - 2 * (quaternion_xy ** 2).sum(-1)
+    return x
 
 
 def bin_indices(states: np.ndarray, spec: CoverageSpec) -> np.ndarray:
     """Physical states (N, S) -> flat histogram cell of each (N,) int64."""
-    x = states[:, spec.columns]  # (N, d)
-    x = np.where(spec.periodic, np.mod(x + math.pi, 2 * math.pi) - math.pi, x)
-    cells = np.floor((x - spec.low) / (spec.high - spec.low) * spec.bins).astype(np.int64)
+    cells = np.floor((coordinates(states, spec) - spec.low) / (spec.high - spec.low) * spec.bins).astype(np.int64)
     cells = np.clip(cells, 0, spec.bins - 1)  # (N, d); out-of-range values go to the edge bins
     return np.ravel_multi_index(tuple(cells.T), spec.shape)
 
