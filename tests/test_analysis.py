@@ -20,7 +20,7 @@ from protorl.app.tools import analyze
 from protorl.config import AnalysesConfig, Config, ConfigError, EnvConfig
 from protorl.envs import DMCEnv
 from protorl.errors import CheckpointError, ResultsError
-from protorl.exploration.analysis import Analysis, Report, register_analysis, unregister_analysis
+from protorl.exploration.analysis import Analysis, Report, Visits, register_analysis, unregister_analysis
 from protorl.exploration.coverage import (
     CoverageSpec,
     bin_indices,
@@ -107,11 +107,11 @@ def test_maze_coverage_and_walls_come_from_the_model():
     assert coverage_spec("humanoid", env.physics, bins=20) is None  # no coordinates defined: no coverage
 
 
-def test_a_tilt_is_the_world_z_part_of_the_body_z_axis():
+def test_uprightness_is_the_world_z_part_of_the_body_z_axis():
     """A free body's quaternion (w, x, y, z) -> R_zz = 1 - 2 (x² + y²): upright 1, on its back -1, on its side 0,
     whatever its heading."""
     half = math.sqrt(0.5)
-    spec = CoverageSpec(("tilt",), np.array([0]), np.array([-1.0]), np.array([1.0]), np.array([False]), 4,
+    spec = CoverageSpec(("upright",), np.array([0]), np.array([-1.0]), np.array([1.0]), np.array([False]), 4,
                         np.array([True]))
     quaternions = np.array([[1.0, 0, 0, 0],  # upright
                             [0, 1.0, 0, 0],  # half a turn about x: on its back
@@ -137,7 +137,17 @@ def test_quadruped_coverage_is_the_torso_position_height_and_tilt():
         time_step = env.step(rng.uniform(-1, 1, env.action_shape))
     values = coordinates(np.array(states), spec)
     np.testing.assert_allclose(values, expected, atol=1e-6)  # dm_control's own torso_upright: xmat['torso', 'zz']
-    assert values[:, 3].min() < 0.9  # the tilt moved
+    assert values[:, 3].min() < 0.9  # the uprightness moved
+
+
+def test_visits_written_without_coverage_are_refused_where_the_domain_now_has_it():
+    """A checkpoint from a protorl that had no coverage coordinates for the domain kept no histogram: resuming it
+    would count the coverage from the resume on, so it is refused, saying why."""
+    env = DMCEnv("quadruped_walk", obs="states", seed=0)
+    before = Visits(None)
+    before.add(env.reset().physical_state)
+    with pytest.raises(CheckpointError, match="kept no coverage histogram .* start_over=true"):
+        Visits(coverage_spec(env.domain, env.physics, bins=20)).load_state_dict(before.state_dict())
 
 
 def test_replay_keeps_physical_states_through_a_checkpoint():

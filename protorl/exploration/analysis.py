@@ -65,6 +65,10 @@ class Visits:
     def load_state_dict(self, state: dict) -> None:
         """Continue from `state_dict()`; `CheckpointError` if it was binned over other cells."""
         saved_shape = None if state["counts"] is None else tuple(state["counts"].shape)
+        if saved_shape is None and self.counts is not None:
+            raise CheckpointError("checkpoint kept no coverage histogram (written before this domain had coverage "
+                                  f"coordinates), this run's has shape {self.counts.shape}: the coverage of the "
+                                  "frames before it cannot be counted; start over with start_over=true")
         if saved_shape != (None if self.counts is None else self.counts.shape):
             raise CheckpointError(f"checkpoint's coverage histogram has shape {saved_shape}, this run's "
                                   f"{None if self.counts is None else self.counts.shape}: resume with the run's "

@@ -3,7 +3,7 @@ state-visitation histogram.
 
 Each domain names the physical coordinates that define "where the system is" (`COVERAGE_DIMS`); each
 coordinate is read from the simulator's state vector (`physics.get_state()`: qpos, qvel, act), wrapped
-to [-pi, pi) if it is an angle (or, for a free body's tilt, computed from its orientation quaternion),
+to [-pi, pi) if it is an angle (or, for a free body's uprightness, computed from its orientation quaternion),
 and cut into `bins` equal bins over its range (a limited joint's range is read from the model; positions
 beyond a range fall into its edge bins). The histogram has bins ** d cells and
 
@@ -34,10 +34,10 @@ class CoverageDim:
     periodic: bool = False  # an angle: wrapped into [-pi, pi), binned over it
     velocity: bool = False  # the joint's velocity (qvel) instead of its position (qpos)
     offset: int = 0  # which of the joint's coordinates: a free joint's x, y, z are 0, 1, 2, its quaternion's w 3
-    upright: bool = False  # at a free joint's quaternion (offset 3): its body's tilt, the world-z part of its z axis
+    upright: bool = False  # at a free joint's quaternion (offset 3): the world-z part of its body's z axis
 
 
-_PLANAR_X = (-10.0, 10.0)  # metres: torso x of walker/cheetah/hopper (0 at reset; a fall moves it ~+-5)
+_PLANAR_X = (-10.0, 10.0)  # metres: torso x of walker/cheetah/hopper, x and y of the quadruped (0 at reset)
 COVERAGE_DIMS: dict[str, tuple[CoverageDim, ...]] = {
     # The point's centre in the arena plane, over the slide joints' range (+-0.29 m): figure 1's map.
     "point_mass": (CoverageDim("x", "root_x"), CoverageDim("y", "root_y")),
@@ -57,8 +57,9 @@ COVERAGE_DIMS: dict[str, tuple[CoverageDim, ...]] = {
     "reacher": (CoverageDim("shoulder", "shoulder", periodic=True), CoverageDim("wrist", "wrist")),
     "finger": (CoverageDim("proximal", "proximal"), CoverageDim("distal", "distal"),
                CoverageDim("spinner", "hinge", periodic=True)),
-    # The torso's position on the floor, its height (about 0.2 m lying, 0.57 standing, up to 1 m in a jump or
-    # a fall) and its tilt (1 upright, -1 on its back): walking away, standing, jumping and falling all count.
+    # The torso's position on the floor, its height (about 0.2 m on its back, 0.5 m standing, up to 1 m in a jump
+    # or as an episode starts) and its uprightness (1 upright, -1 on its back): walking away, standing, jumping and
+    # falling all count.
     "quadruped": (CoverageDim("torso x", "root", *_PLANAR_X), CoverageDim("torso y", "root", *_PLANAR_X, offset=1),
                   CoverageDim("torso z", "root", 0.0, 1.2, offset=2),
                   CoverageDim("torso upright", "root", -1.0, 1.0, offset=3, upright=True)),
@@ -73,12 +74,12 @@ class CoverageSpec:
     """Where each coordinate sits in a physical-state vector, and the range its bins cover."""
 
     labels: tuple[str, ...]
-    columns: np.ndarray  # (d,) int: index into the state vector (a tilt's: its quaternion's w)
+    columns: np.ndarray  # (d,) int: index into the state vector (an uprightness's: its quaternion's w)
     low: np.ndarray  # (d,) float
     high: np.ndarray  # (d,) float
     periodic: np.ndarray  # (d,) bool
     bins: int  # per coordinate
-    upright: np.ndarray | None = None  # (d,) bool: the coordinate is a free body's tilt; None: none is
+    upright: np.ndarray | None = None  # (d,) bool: the coordinate is a free body's uprightness; None: none is
 
     @property
     def shape(self) -> tuple[int, ...]:
@@ -114,7 +115,7 @@ def coverage_spec(domain: str, physics, bins: int) -> CoverageSpec | None:
 
 def coordinates(states: np.ndarray, spec: CoverageSpec) -> np.ndarray:
     """Physical states (N, S) -> each state's coverage coordinates (N, d): angles wrapped into [-pi, pi),
-    tilts computed from their quaternions."""
+    uprightness computed from the quaternions."""
     x = states[:, spec.columns]  # (N, d)
     x = np.where(spec.periodic, np.mod(x + math.pi, 2 * math.pi) - math.pi, x)
     if spec.upright is not None and spec.upright.any():  # R_zz of the unit quaternion (w, x, y, z): 1 - 2 (x² + y²)
