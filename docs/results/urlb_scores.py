@@ -23,7 +23,8 @@ def rows(arm: str, sweep: Path) -> list[dict]:
     found = []
     for run in discover_runs([sweep]):
         config = read_run_config(run / "config.yaml")
-        pretrains = registered_agents()[str(config.agent.name)].supports("pretrain")
+        agent = registered_agents().get(str(config.agent.name))  # one no longer registered: taken to pre-train
+        pretrains = agent is None or agent.supports("pretrain")
         for record in read_records(run, ["agent.name"]):
             if record.status != COMPLETE:
                 continue
