@@ -11,25 +11,22 @@ import csv
 import sys
 from pathlib import Path
 
-from protorl.agents import registered_agents
 from protorl.errors import ResultsError
+from protorl.reports.aggregate import varies_with_pretraining
 from protorl.reports.io import read_result
 from protorl.reports.records import COMPLETE, discover_runs, read_records
-from protorl.storage.run_files import read_run_config, scratch_dir_name
+from protorl.storage.run_files import read_run_config
 
 
 def rows(arm: str, sweep: Path) -> list[dict]:
     """The completed fine-tunings below `sweep`, labelled `arm`, sorted by pre-training frames, seed and task."""
     found = []
     for run in discover_runs([sweep]):
-        config = read_run_config(run / "config.yaml")
-        agent = registered_agents().get(str(config.agent.name))  # one no longer registered: taken to pre-train
-        pretrains = agent is None or agent.supports("pretrain")
+        pretrain_frames = int(read_run_config(run / "config.yaml").pretrain_frames)
         for record in read_records(run, ["agent.name"]):
             if record.status != COMPLETE:
                 continue
-            scratch = not pretrains or record.path.name == scratch_dir_name(record.task)
-            frames = 0 if scratch else int(config.pretrain_frames)
+            frames = pretrain_frames if varies_with_pretraining(record) else 0
             wall_time = read_result(record.path)["wall_time_s"]
             found.append({"fine_tuning": arm, "pretrain_frames": frames, "seed": record.seed, "task": record.task,
                           "score": round(record.final, 2), "wall_time_s": round(wall_time)})

@@ -146,7 +146,7 @@ def curve_panel(task: str, complete: list[Record], colors: dict[str, str], ylabe
     return Panel(task, ylabel, curves, levels)
 
 
-def _varies_with_pretraining(record: Record) -> bool:
+def varies_with_pretraining(record: Record) -> bool:
     """Whether a record's score can vary with a pre-training setting: a pre-trained agent's, not one fine-tuned
     without pre-training (`finetune_scratch_<task>`) nor one of an agent without pre-training (DrQ)."""
     return _pretrains(record.agent) and record.path.name != scratch_dir_name(record.task)
@@ -198,7 +198,7 @@ def aggregate_runs(paths: list[Path], out: Path, group_by: list[str], reps: int 
         records = [up_to(r, metric.at) for r in records]
     where, baseline_rows = {}, []
     if versus is not None:
-        records, where = label_by_setting(records, versus, _varies_with_pretraining)
+        records, where = label_by_setting(records, versus, varies_with_pretraining)
         baseline_rows = [row for path, method, value in baselines for row in read_baseline(path, method, value)]
     if tasks is not None:
         unknown = sorted(set(tasks) - {r.task for r in records})
